@@ -1,0 +1,508 @@
+// Cluster coordination written once against the znode store, so that the embedded
+// coordinator and ZooKeeper share every rule. Layout (under the store's chroot):
+//   /live_nodes/<node>                                   ephemeral, NodeInfo JSON
+//   /collections/<c>/state                               CollectionState JSON
+//   /collections/<c>/leader_elect/<shard>/n_<seq>        ephemeral sequential, node name
+//   /collections/<c>/leaders/<shard>                     {node, epoch}; epoch = znode version
+//   /collections/<c>/terms/<shard>                       {node: term}
+//   /config/<name>                                       JSON
+// State is cached and refreshed by watches; reads never go to the store.
+import type { Logger } from 'pino';
+import { ShardexError } from '../errors.js';
+import { partitionRange, formatRange } from '../hashrange/index.js';
+import { placeReplicas } from './placement.js';
+import { StoreError, type SessionState, type ZNodeStore } from './store.js';
+import type {
+  CollectionSpec,
+  CollectionState,
+  Coordinator,
+  ElectionCandidate,
+  LeaderInfo,
+  NodeInfo,
+  ReplicaState,
+} from './types.js';
+
+export interface ClusterCoordinatorOptions {
+  readonly store: ZNodeStore;
+  readonly logger: Logger;
+  /** How long after a disconnect a leader may still act as leader (a part of the session timeout). */
+  readonly leaderGraceMs?: number;
+  /** Pause before a candidate that may not lead yet (term behind) checks again. */
+  readonly electionRetryMs?: number;
+}
+
+interface Election {
+  readonly collection: string;
+  readonly shard: string;
+  readonly candidate: ElectionCandidate;
+  path?: string;
+  leading: boolean;
+  closed: boolean;
+  timer?: NodeJS.Timeout;
+}
+
+const json = (v: unknown): Buffer => Buffer.from(JSON.stringify(v));
+const parse = <T>(b: Buffer): T => JSON.parse(b.toString('utf8')) as T;
+const seqOf = (name: string): number => Number(name.slice(name.lastIndexOf('_') + 1));
+
+export class ClusterCoordinator implements Coordinator {
+  private readonly store: ZNodeStore;
+  private readonly log: Logger;
+  private readonly leaderGraceMs: number;
+  private readonly electionRetryMs: number;
+  private selfInfo: NodeInfo | undefined;
+  private live = new Map<string, NodeInfo>();
+  private readonly states = new Map<string, CollectionState>();
+  private readonly leaders = new Map<string, LeaderInfo>();
+  private readonly listeners = new Set<() => void>();
+  private readonly elections = new Map<string, Election>();
+  private connected = true;
+  private disconnectedAt = 0;
+  private closed = false;
+  private unsubscribeSession: (() => void) | undefined;
+  private notifyScheduled = false;
+
+  constructor(opts: ClusterCoordinatorOptions) {
+    this.store = opts.store;
+    this.log = opts.logger;
+    this.leaderGraceMs = opts.leaderGraceMs ?? 5000;
+    this.electionRetryMs = opts.electionRetryMs ?? 500;
+  }
+
+  get self(): NodeInfo | undefined {
+    return this.selfInfo;
+  }
+
+  async start(self: NodeInfo): Promise<void> {
+    this.selfInfo = self;
+    await Promise.all(['/live_nodes', '/collections', '/config'].map((p) => this.store.mkdirp(p)));
+    this.unsubscribeSession = this.store.onSessionState((s) => this.onSessionState(s));
+    await this.registerLive();
+    await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
+  }
+
+  private async registerLive(): Promise<void> {
+    const self = this.selfInfo;
+    if (!self) return;
+    const path = `/live_nodes/${self.name}`;
+    try {
+      await this.store.create(path, json(self), 'ephemeral');
+    } catch (err) {
+      if (!(err instanceof StoreError && err.code === 'NODE_EXISTS')) throw err;
+      // A previous incarnation of this node (killed before its session expired) still holds
+      // the name; the name is ours, so take it over.
+      await this.store.delete(path).catch(() => undefined);
+      await this.store.create(path, json(self), 'ephemeral');
+    }
+  }
+
+  private onSessionState(state: SessionState): void {
+    if (this.closed) return;
+    this.log.info({ state }, 'coordination session state');
+    if (state === 'disconnected') {
+      if (this.connected) this.disconnectedAt = Date.now();
+      this.connected = false;
+    } else if (state === 'expired') {
+      this.connected = false;
+      // Every ephemeral of the old session is gone: no leadership survives.
+      for (const e of this.elections.values()) this.loseElection(e);
+    } else {
+      const wasExpired = !this.connected && [...this.elections.values()].some((e) => e.path === undefined);
+      this.connected = true;
+      void this.afterReconnect(wasExpired);
+    }
+  }
+
+  private async afterReconnect(rejoin: boolean): Promise<void> {
+    try {
+      if (!(await this.store.exists(`/live_nodes/${this.selfInfo?.name}`))) await this.registerLive();
+      if (rejoin) for (const e of this.elections.values()) if (!e.closed && e.path === undefined) await this.enterQueue(e);
+      await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
+    } catch (err) {
+      this.log.error({ err }, 'could not re-register after reconnect');
+    }
+  }
+
+  canActAsLeader(): boolean {
+    if (this.closed) return false;
+    return this.connected || Date.now() - this.disconnectedAt < this.leaderGraceMs;
+  }
+
+  liveNodes(): readonly NodeInfo[] {
+    return [...this.live.values()];
+  }
+
+  isLive(node: string): boolean {
+    return this.live.has(node);
+  }
+
+  collections(): ReadonlyMap<string, CollectionState> {
+    return this.states;
+  }
+
+  collection(name: string): CollectionState | undefined {
+    return this.states.get(name);
+  }
+
+  leader(collection: string, shard: string): LeaderInfo | undefined {
+    const l = this.leaders.get(`${collection}/${shard}`);
+    return l && this.live.has(l.node) ? l : undefined;
+  }
+
+  onChange(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private notify(): void {
+    if (this.notifyScheduled || this.closed) return;
+    this.notifyScheduled = true;
+    queueMicrotask(() => {
+      this.notifyScheduled = false;
+      for (const l of this.listeners) {
+        try {
+          l();
+        } catch (err) {
+          this.log.error({ err }, 'cluster state listener failed');
+        }
+      }
+    });
+  }
+
+  // ---- watches ------------------------------------------------------------------------
+
+  private async watchLiveNodes(): Promise<void> {
+    if (this.closed) return;
+    const names = await this.store.children('/live_nodes', () => void this.watchLiveNodes().catch((err) => this.watchFailed(err)));
+    const next = new Map<string, NodeInfo>();
+    await Promise.all(
+      names.map(async (n) => {
+        const known = this.live.get(n);
+        if (known) return void next.set(n, known);
+        const d = await this.store.get(`/live_nodes/${n}`);
+        if (d) next.set(n, parse<NodeInfo>(d.data));
+      }),
+    );
+    this.live = next;
+    this.notify();
+  }
+
+  private readonly watchedCollections = new Set<string>();
+
+  private async watchCollections(): Promise<void> {
+    if (this.closed) return;
+    const names = await this.store.children('/collections', () => void this.watchCollections().catch((err) => this.watchFailed(err)));
+    for (const c of names) {
+      if (this.watchedCollections.has(c)) continue;
+      this.watchedCollections.add(c);
+      void this.watchState(c).catch((err) => this.watchFailed(err));
+    }
+  }
+
+  private async watchState(c: string): Promise<void> {
+    if (this.closed) return;
+    const d = await this.store.get(`/collections/${c}/state`, (ev) => {
+      if (ev.type === 'deleted') {
+        this.watchedCollections.delete(c);
+        this.states.delete(c);
+        for (const k of [...this.leaders.keys()]) if (k.startsWith(`${c}/`)) this.leaders.delete(k);
+        this.notify();
+      } else void this.watchState(c).catch((err) => this.watchFailed(err));
+    });
+    if (!d) {
+      // Created but state not written yet, or already deleted.
+      if (await this.store.exists(`/collections/${c}`)) setTimeout(() => void this.watchState(c).catch((err) => this.watchFailed(err)), 20);
+      else this.watchedCollections.delete(c);
+      return;
+    }
+    const state = parse<CollectionState>(d.data);
+    const fresh = !this.states.has(c);
+    this.states.set(c, state);
+    if (fresh) for (const s of state.shards) void this.watchLeader(c, s.name).catch((err) => this.watchFailed(err));
+    this.notify();
+  }
+
+  private async watchLeader(c: string, shard: string): Promise<void> {
+    if (this.closed || !this.watchedCollections.has(c)) return;
+    const d = await this.store.get(`/collections/${c}/leaders/${shard}`, (ev) => {
+      if (ev.type !== 'deleted') void this.watchLeader(c, shard).catch((err) => this.watchFailed(err));
+    });
+    const key = `${c}/${shard}`;
+    if (d && d.data.length > 0) this.leaders.set(key, parse<LeaderInfo>(d.data));
+    else this.leaders.delete(key);
+    this.notify();
+  }
+
+  private watchFailed(err: unknown): void {
+    if (this.closed) return;
+    if (err instanceof StoreError && (err.code === 'CONNECTION_LOSS' || err.code === 'SESSION_EXPIRED' || err.code === 'CLOSED')) {
+      this.log.warn({ err: err.message }, 'watch not re-armed; will re-arm on reconnect');
+      return;
+    }
+    this.log.error({ err }, 'cluster watch failed');
+  }
+
+  // ---- collections --------------------------------------------------------------------
+
+  async createCollection(spec: CollectionSpec): Promise<CollectionState> {
+    if (this.states.has(spec.name) || (await this.store.exists(`/collections/${spec.name}/state`))) {
+      throw new ShardexError('SHX_COLLECTION_EXISTS', `collection '${spec.name}' already exists`);
+    }
+    const data = [...this.live.values()].filter((n) => n.role === 'data').map((n) => n.name).sort();
+    if (spec.replicationFactor > data.length) {
+      throw new ShardexError(
+        'SHX_BAD_REQUEST',
+        `replicationFactor ${spec.replicationFactor} is larger than the ${data.length} live data node(s); start more nodes or lower it`,
+      );
+    }
+    const ranges = partitionRange(spec.numShards, spec.router);
+    const placement = placeReplicas(data, spec.numShards, spec.replicationFactor);
+    const state: CollectionState = {
+      ...spec,
+      shards: ranges.map((r, i) => ({
+        name: r.name,
+        range: formatRange(r),
+        replicas: placement[i]!.map((node) => ({ node, state: 'active' as ReplicaState, type: 'leader-eligible' as const })),
+      })),
+    };
+    const base = `/collections/${spec.name}`;
+    await this.store.mkdirp(base);
+    for (const s of state.shards) {
+      await this.store.mkdirp(`${base}/leader_elect/${s.name}`);
+      await this.store.mkdirp(`${base}/leaders/${s.name}`);
+      await this.store.mkdirp(`${base}/terms`);
+      await this.store.create(`${base}/terms/${s.name}`, json(Object.fromEntries(s.replicas.map((r) => [r.node, 0]))), 'persistent').catch(ignoreExists);
+    }
+    try {
+      await this.store.create(`${base}/state`, json(state), 'persistent');
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'NODE_EXISTS') throw new ShardexError('SHX_COLLECTION_EXISTS', `collection '${spec.name}' already exists`);
+      throw err;
+    }
+    return state;
+  }
+
+  async deleteCollection(name: string): Promise<void> {
+    if (!(await this.store.exists(`/collections/${name}/state`))) {
+      throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${name}' does not exist`);
+    }
+    await this.store.deleteRecursive(`/collections/${name}`);
+  }
+
+  async setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void> {
+    const path = `/collections/${collection}/state`;
+    for (;;) {
+      const d = await this.store.get(path);
+      if (!d) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' does not exist`);
+      const cur = parse<CollectionState>(d.data);
+      let changed = false;
+      const next: CollectionState = {
+        ...cur,
+        shards: cur.shards.map((s) =>
+          s.name !== shard
+            ? s
+            : {
+                ...s,
+                replicas: s.replicas.map((r) => {
+                  if (r.node !== node || r.state === state) return r;
+                  changed = true;
+                  return { ...r, state };
+                }),
+              },
+        ),
+      };
+      if (!changed) return;
+      try {
+        await this.store.set(path, json(next), d.version);
+        this.log.info({ collection, shard, node, state }, 'replica state changed');
+        return;
+      } catch (err) {
+        if (!(err instanceof StoreError && err.code === 'BAD_VERSION')) throw err;
+      }
+    }
+  }
+
+  // ---- elections ----------------------------------------------------------------------
+
+  async joinElection(collection: string, shard: string, candidate: ElectionCandidate): Promise<void> {
+    const key = `${collection}/${shard}`;
+    if (this.elections.has(key)) return;
+    const e: Election = { collection, shard, candidate, leading: false, closed: false };
+    this.elections.set(key, e);
+    await this.enterQueue(e);
+  }
+
+  private electionDir(e: Election): string {
+    return `/collections/${e.collection}/leader_elect/${e.shard}`;
+  }
+
+  private async enterQueue(e: Election): Promise<void> {
+    if (e.closed || this.closed) return;
+    const dir = this.electionDir(e);
+    const me = this.selfInfo!.name;
+    // Drop candidacies left by an earlier incarnation of this node, so that a restarted
+    // node does not wait behind its own dead session.
+    for (const child of await this.store.children(dir)) {
+      const d = await this.store.get(`${dir}/${child}`);
+      if (d && d.data.toString('utf8') === me && `${dir}/${child}` !== e.path) await this.store.delete(`${dir}/${child}`).catch(() => undefined);
+    }
+    e.path = await this.store.create(`${dir}/n_`, Buffer.from(me), 'ephemeral_sequential');
+    await this.checkElection(e);
+  }
+
+  private async checkElection(e: Election): Promise<void> {
+    if (e.closed || this.closed || e.path === undefined || e.leading) return;
+    const dir = this.electionDir(e);
+    let children: string[];
+    try {
+      children = (await this.store.children(dir)).sort((a, b) => seqOf(a) - seqOf(b));
+    } catch (err) {
+      return this.watchFailed(err);
+    }
+    const mine = e.path.slice(dir.length + 1);
+    const idx = children.indexOf(mine);
+    if (idx < 0) {
+      e.path = undefined;
+      return this.enterQueue(e);
+    }
+    if (idx > 0) {
+      // Watch only the candidate just ahead (no herd effect).
+      const ahead = `${dir}/${children[idx - 1]}`;
+      const exists = await this.store.exists(ahead, () => void this.checkElection(e).catch((err) => this.watchFailed(err)));
+      if (!exists) return this.checkElection(e);
+      return;
+    }
+    let may = false;
+    try {
+      may = await e.candidate.canLead();
+    } catch (err) {
+      this.log.error({ err, shard: e.shard }, 'leader candidate check failed');
+    }
+    if (e.closed || this.closed) return;
+    if (!may) {
+      // Not fit to lead (term behind): go to the back of the queue and look again later.
+      const old = e.path;
+      e.path = undefined;
+      await this.store.delete(old).catch(() => undefined);
+      e.timer = setTimeout(() => void this.enterQueue(e).catch((err) => this.watchFailed(err)), this.electionRetryMs);
+      return;
+    }
+    const lpath = `/collections/${e.collection}/leaders/${e.shard}`;
+    for (;;) {
+      const cur = await this.store.get(lpath);
+      if (!cur) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${e.collection}' was deleted during election`);
+      const epoch = cur.version + 1;
+      try {
+        await this.store.set(lpath, json({ node: this.selfInfo!.name, epoch } satisfies LeaderInfo), cur.version);
+        e.leading = true;
+        this.leaders.set(`${e.collection}/${e.shard}`, { node: this.selfInfo!.name, epoch });
+        this.log.info({ collection: e.collection, shard: e.shard, epoch }, 'elected leader');
+        e.candidate.onElected(epoch);
+        this.notify();
+        return;
+      } catch (err) {
+        if (!(err instanceof StoreError && err.code === 'BAD_VERSION')) throw err;
+      }
+    }
+  }
+
+  private loseElection(e: Election): void {
+    const was = e.leading;
+    e.leading = false;
+    e.path = undefined;
+    if (e.timer) clearTimeout(e.timer);
+    if (was || !e.closed) e.candidate.onLost();
+  }
+
+  async leaveElection(collection: string, shard: string): Promise<void> {
+    const key = `${collection}/${shard}`;
+    const e = this.elections.get(key);
+    if (!e) return;
+    this.elections.delete(key);
+    e.closed = true;
+    const path = e.path;
+    this.loseElection(e);
+    if (path) await this.store.delete(path).catch(() => undefined);
+  }
+
+  // ---- terms --------------------------------------------------------------------------
+
+  async terms(collection: string, shard: string): Promise<Record<string, number>> {
+    const d = await this.store.get(`/collections/${collection}/terms/${shard}`);
+    return d ? parse<Record<string, number>>(d.data) : {};
+  }
+
+  private async updateTerms(collection: string, shard: string, f: (t: Record<string, number>) => boolean): Promise<void> {
+    const path = `/collections/${collection}/terms/${shard}`;
+    for (;;) {
+      const d = await this.store.get(path);
+      if (!d) return;
+      const t = parse<Record<string, number>>(d.data);
+      if (!f(t)) return;
+      try {
+        await this.store.set(path, json(t), d.version);
+        return;
+      } catch (err) {
+        if (!(err instanceof StoreError && err.code === 'BAD_VERSION')) throw err;
+      }
+    }
+  }
+
+  async raiseTerms(collection: string, shard: string, healthy: readonly string[], behind: readonly string[]): Promise<void> {
+    await this.updateTerms(collection, shard, (t) => {
+      const top = Math.max(0, ...behind.map((n) => t[n] ?? 0));
+      let changed = false;
+      for (const n of healthy) {
+        if ((t[n] ?? 0) <= top) {
+          t[n] = top + 1;
+          changed = true;
+        }
+      }
+      return changed;
+    });
+  }
+
+  async catchUpTerm(collection: string, shard: string, node: string): Promise<void> {
+    await this.updateTerms(collection, shard, (t) => {
+      const top = Math.max(0, ...Object.values(t));
+      if ((t[node] ?? 0) >= top) return false;
+      t[node] = top;
+      return true;
+    });
+  }
+
+  // ---- config -------------------------------------------------------------------------
+
+  async getConfig(name: string): Promise<unknown> {
+    const d = await this.store.get(`/config/${name}`);
+    return d ? parse<unknown>(d.data) : undefined;
+  }
+
+  async setConfig(name: string, value: unknown): Promise<void> {
+    const path = `/config/${name}`;
+    if (await this.store.exists(path)) await this.store.set(path, json(value));
+    else await this.store.create(path, json(value), 'persistent').catch(async (err) => {
+      if (err instanceof StoreError && err.code === 'NODE_EXISTS') await this.store.set(path, json(value));
+      else throw err;
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    for (const [k, e] of this.elections) {
+      this.elections.delete(k);
+      e.closed = true;
+      if (e.timer) clearTimeout(e.timer);
+      if (e.path) await this.store.delete(e.path).catch(() => undefined);
+      e.leading = false;
+    }
+    this.closed = true;
+    this.unsubscribeSession?.();
+    this.listeners.clear();
+    await this.store.close();
+  }
+}
+
+function ignoreExists(err: unknown): void {
+  if (!(err instanceof StoreError && err.code === 'NODE_EXISTS')) throw err;
+}

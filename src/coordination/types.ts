@@ -1,0 +1,91 @@
+import type { RouterName } from '../hashrange/index.js';
+
+export type NodeRole = 'data' | 'reader';
+
+export interface NodeInfo {
+  readonly name: string;
+  /** Base URL of the node's HTTP API, e.g. http://127.0.0.1:8983 */
+  readonly http: string;
+  /** host:port of the node's gRPC service */
+  readonly grpc: string;
+  readonly role: NodeRole;
+  /** Reader group (readers only); absent = "default". */
+  readonly group?: string;
+}
+
+export type ReplicaState = 'active' | 'down' | 'recovering';
+
+export interface ReplicaInfo {
+  readonly node: string;
+  readonly state: ReplicaState;
+  readonly type: 'leader-eligible';
+}
+
+export interface ShardInfo {
+  readonly name: string;
+  /** Solr's Range.toString(): unsigned hex lo-hi, no padding. */
+  readonly range: string;
+  readonly replicas: readonly ReplicaInfo[];
+}
+
+export interface CollectionSpec {
+  readonly name: string;
+  readonly numShards: number;
+  readonly replicationFactor: number;
+  readonly router: RouterName;
+  /** Field types for the search index (issue: search), passed through unchanged. */
+  readonly fields?: Record<string, string>;
+  /** Auto-commit interval in ms; 0 = off. */
+  readonly autoCommitMs?: number;
+}
+
+export interface CollectionState extends CollectionSpec {
+  /** Shards in ascending range order: shard1, shard2, ... (never string-sorted). */
+  readonly shards: readonly ShardInfo[];
+}
+
+export interface LeaderInfo {
+  readonly node: string;
+  /** Election generation: grows by one with every new leadership of the shard. */
+  readonly epoch: number;
+}
+
+export interface ElectionCandidate {
+  /** Called when this candidate is at the head of the queue. Resolve true to take leadership. */
+  canLead(): Promise<boolean>;
+  /** Leadership was taken with this epoch. */
+  onElected(epoch: number): void;
+  /** Leadership (or the candidacy) was lost: session expired, or the candidate left. */
+  onLost(): void;
+}
+
+export interface Coordinator {
+  /** Registers this node as live and starts watching the cluster. */
+  start(self: NodeInfo): Promise<void>;
+  readonly self: NodeInfo | undefined;
+  liveNodes(): readonly NodeInfo[];
+  isLive(node: string): boolean;
+  collections(): ReadonlyMap<string, CollectionState>;
+  collection(name: string): CollectionState | undefined;
+  /** The shard's current leader, if it is live. */
+  leader(collection: string, shard: string): LeaderInfo | undefined;
+  createCollection(spec: CollectionSpec): Promise<CollectionState>;
+  deleteCollection(name: string): Promise<void>;
+  setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void>;
+  joinElection(collection: string, shard: string, candidate: ElectionCandidate): Promise<void>;
+  leaveElection(collection: string, shard: string): Promise<void>;
+  /** Per-replica terms of a shard (node name -> term). */
+  terms(collection: string, shard: string): Promise<Record<string, number>>;
+  /** Raises the terms of `healthy` above those of `behind` (Solr's ensureTermsIsHigher). */
+  raiseTerms(collection: string, shard: string, healthy: readonly string[], behind: readonly string[]): Promise<void>;
+  /** Sets a recovered replica's term to the shard's highest. */
+  catchUpTerm(collection: string, shard: string, node: string): Promise<void>;
+  /** True while the session is connected, and for a grace part of the session timeout after a disconnect. */
+  canActAsLeader(): boolean;
+  /** Called after any change of the cached cluster state. Returns an unsubscribe function. */
+  onChange(listener: () => void): () => void;
+  /** Shared small config documents (e.g. read_balance, selector profiles). */
+  getConfig(name: string): Promise<unknown>;
+  setConfig(name: string, value: unknown): Promise<void>;
+  close(): Promise<void>;
+}

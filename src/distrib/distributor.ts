@@ -1,0 +1,169 @@
+// The command distributor: per-destination buffers flushed by count and by a short linger,
+// a semaphore bounding requests in flight, retries of transient failures with a pause, and
+// one final outcome per submitted update. Like Solr's SolrCmdDistributor, a forward to a
+// leader may re-resolve its destination before each retry.
+import pLimit, { type LimitFunction } from 'p-limit';
+import type { Logger } from 'pino';
+import { ShardexError } from '../errors.js';
+import type { ShardUpdate, ShardUpdateResult } from './protocol.js';
+import { isTransient, linearBackoff, type BackoffPolicy } from './retry.js';
+
+export type UpdateOutcome = { ok: true; result: ShardUpdateResult } | { ok: false; error: ShardexError };
+
+/** Sends one frame of updates to a node; resolves with one outcome per update, in order. */
+export interface UpdateTransport {
+  send(dest: string, updates: readonly ShardUpdate[]): Promise<UpdateOutcome[]>;
+}
+
+export interface SubmitOptions {
+  /** Retries after the first attempt (Solr: 25 for forwards to a leader, 3 to replicas). */
+  readonly maxRetries: number;
+  /** Looks the destination up again before a retry (a forward follows a new leader). */
+  readonly resolveDest?: () => string | undefined;
+}
+
+export interface DistributorOptions {
+  readonly transport: UpdateTransport;
+  readonly logger?: Logger;
+  /** Requests in flight at most, over all destinations. */
+  readonly maxInFlight?: number;
+  /** A destination's buffer is sent once it holds this many ops... */
+  readonly flushOps?: number;
+  /** ...or once its oldest update has waited this long. */
+  readonly lingerMs?: number;
+  readonly backoff?: BackoffPolicy;
+}
+
+interface Pending {
+  readonly update: ShardUpdate;
+  readonly opts: SubmitOptions;
+  dest: string;
+  attempts: number;
+  resolve(r: ShardUpdateResult): void;
+  reject(e: ShardexError): void;
+}
+
+interface Buffer {
+  items: Pending[];
+  ops: number;
+  timer?: NodeJS.Timeout;
+}
+
+export interface DistributorStats {
+  sent: number;
+  retried: number;
+  failed: number;
+  inFlight: number;
+  maxInFlightSeen: number;
+}
+
+export class CommandDistributor {
+  private readonly transport: UpdateTransport;
+  private readonly log: Logger | undefined;
+  private readonly limit: LimitFunction;
+  private readonly flushOps: number;
+  private readonly lingerMs: number;
+  private readonly backoff: BackoffPolicy;
+  private readonly buffers = new Map<string, Buffer>();
+  private closed = false;
+  readonly stats: DistributorStats = { sent: 0, retried: 0, failed: 0, inFlight: 0, maxInFlightSeen: 0 };
+
+  constructor(opts: DistributorOptions) {
+    this.transport = opts.transport;
+    this.log = opts.logger;
+    this.limit = pLimit(opts.maxInFlight ?? 16);
+    this.flushOps = opts.flushOps ?? 1000;
+    this.lingerMs = opts.lingerMs ?? 2;
+    this.backoff = opts.backoff ?? linearBackoff();
+  }
+
+  /** Queues an update for `dest`; settles with its final result or its final error. */
+  submit(dest: string, update: ShardUpdate, opts: SubmitOptions): Promise<ShardUpdateResult> {
+    if (this.closed) return Promise.reject(new ShardexError('SHX_UNAVAILABLE', 'node is shutting down'));
+    return new Promise((resolve, reject) => {
+      this.enqueue({ update, opts, dest, attempts: 0, resolve, reject });
+    });
+  }
+
+  private enqueue(p: Pending): void {
+    let buf = this.buffers.get(p.dest);
+    if (!buf) {
+      buf = { items: [], ops: 0 };
+      this.buffers.set(p.dest, buf);
+    }
+    buf.items.push(p);
+    buf.ops += p.update.ops.length;
+    if (buf.ops >= this.flushOps) this.flush(p.dest);
+    else buf.timer ??= setTimeout(() => this.flush(p.dest), this.lingerMs);
+  }
+
+  private flush(dest: string): void {
+    const buf = this.buffers.get(dest);
+    if (!buf || buf.items.length === 0) return;
+    this.buffers.delete(dest);
+    if (buf.timer) clearTimeout(buf.timer);
+    const items = buf.items;
+    void this.limit(() => this.sendFrame(dest, items));
+  }
+
+  private async sendFrame(dest: string, items: Pending[]): Promise<void> {
+    this.stats.inFlight++;
+    this.stats.maxInFlightSeen = Math.max(this.stats.maxInFlightSeen, this.stats.inFlight);
+    this.stats.sent++;
+    let outcomes: UpdateOutcome[];
+    try {
+      outcomes = await this.transport.send(
+        dest,
+        items.map((i) => i.update),
+      );
+    } catch (err) {
+      const error = toShardexError(err, dest);
+      outcomes = items.map(() => ({ ok: false as const, error }));
+    } finally {
+      this.stats.inFlight--;
+    }
+    items.forEach((item, i) => {
+      const o = outcomes[i] ?? { ok: false as const, error: new ShardexError('SHX_INTERNAL', `no result from ${dest} for an update`) };
+      if (o.ok) return item.resolve(o.result);
+      this.failed(item, o.error);
+    });
+  }
+
+  private failed(item: Pending, error: ShardexError): void {
+    if (!this.closed && isTransient(error) && item.attempts < item.opts.maxRetries) {
+      item.attempts++;
+      this.stats.retried++;
+      const pause = this.backoff(item.attempts);
+      this.log?.warn({ dest: item.dest, attempt: item.attempts, err: error.message, pauseMs: pause }, 'retrying update');
+      setTimeout(() => {
+        const next = item.opts.resolveDest?.();
+        if (next !== undefined) item.dest = next;
+        if (this.closed) return item.reject(new ShardexError('SHX_UNAVAILABLE', 'node is shutting down'));
+        this.enqueue(item);
+      }, pause);
+      return;
+    }
+    this.stats.failed++;
+    item.reject(error);
+  }
+
+  /** Sends everything buffered now. */
+  flushAll(): void {
+    for (const dest of [...this.buffers.keys()]) this.flush(dest);
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const [, buf] of this.buffers) {
+      if (buf.timer) clearTimeout(buf.timer);
+      for (const p of buf.items) p.reject(new ShardexError('SHX_UNAVAILABLE', 'node is shutting down'));
+    }
+    this.buffers.clear();
+  }
+}
+
+export function toShardexError(err: unknown, dest: string): ShardexError {
+  if (err instanceof ShardexError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new ShardexError(isTransient(err) ? 'SHX_UNAVAILABLE' : 'SHX_INTERNAL', `request to ${dest} failed: ${message}`, { cause: err });
+}

@@ -1,0 +1,128 @@
+// `shardex`: one CLI for running nodes, the local dev cluster, and routing look-ups.
+// Exit codes: 0 ok, 1 failure, 2 usage.
+import { resolve } from 'node:path';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
+import { formatRange, parseRouterName, partitionRange, routeId } from '../hashrange/index.js';
+import { ShardexError } from '../errors.js';
+import { DevCluster } from './dev-cluster.js';
+import { createLogger } from './logger.js';
+import { runNode } from './run-node.js';
+
+const out = (line: string): void => void process.stdout.write(line + '\n');
+
+function intArg(name: string, min: number, max: number) {
+  return (v: string): number => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min || n > max) throw new InvalidArgumentError(`${name} must be an integer from ${min} to ${max}`);
+    return n;
+  };
+}
+
+function routerArg(v: string): 'compositeId' | 'hash' {
+  try {
+    return parseRouterName(v);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
+const program = new Command('shardex')
+  .description('Shardex: a sharded, replicated document index')
+  .exitOverride()
+  .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+
+program
+  .command('route')
+  .description('print the hash and shard of each id, one JSON line per id')
+  .requiredOption('--shards <n>', 'number of shards', intArg('--shards', 1, 256))
+  .option('--router <name>', 'compositeId (default) or hash', routerArg, 'compositeId')
+  .argument('<ids...>', 'document ids')
+  .action((ids: string[], o: { shards: number; router: 'compositeId' | 'hash' }) => {
+    for (const id of ids) {
+      const r = routeId(id, o.shards, o.router);
+      out(JSON.stringify({ id, hash: r.hash, shard: r.shard }));
+    }
+  });
+
+program
+  .command('ranges')
+  .description('print the shard ranges of a collection layout, one per line')
+  .requiredOption('--shards <n>', 'number of shards', intArg('--shards', 1, 256))
+  .option('--router <name>', 'compositeId (default) or hash', routerArg, 'compositeId')
+  .action((o: { shards: number; router: 'compositeId' | 'hash' }) => {
+    for (const r of partitionRange(o.shards, o.router)) out(`${r.name} ${formatRange(r)}`);
+  });
+
+program
+  .command('dev')
+  .description('start a local cluster: several nodes on loopback with embedded coordination')
+  .option('--nodes <n>', 'number of nodes', intArg('--nodes', 1, 32), 3)
+  .option('--port <port>', 'HTTP port of the first node (the others follow)', intArg('--port', 1, 65000), 8983)
+  .option('--data <dir>', 'data directory', './data')
+  .option('--shards <n>', 'shards of the "docs" collection created at start', intArg('--shards', 1, 256), 2)
+  .option('--replicas <n>', 'replication factor of "docs"', intArg('--replicas', 1, 32), 2)
+  .action(async (o: { nodes: number; port: number; data: string; shards: number; replicas: number }) => {
+    const dataDir = resolve(o.data);
+    const logFile = resolve(dataDir, 'shardex.log');
+    const logger = createLogger({ file: logFile });
+    out(`starting ${o.nodes} nodes (data in ${dataDir}, logs in ${logFile}) ...`);
+    const cluster = new DevCluster({
+      nodes: o.nodes,
+      port: o.port,
+      dataDir,
+      logger,
+      collection: { name: 'docs', numShards: o.shards, replicationFactor: Math.min(o.replicas, o.nodes), router: 'compositeId', autoCommitMs: 15_000 },
+    });
+    const shutdown = async (): Promise<void> => {
+      out('stopping ...');
+      await cluster.stop();
+      logger.flush();
+      process.exit(0);
+    };
+    process.once('SIGINT', () => void shutdown());
+    process.once('SIGTERM', () => void shutdown());
+    try {
+      await cluster.start();
+    } catch (err) {
+      await cluster.stop();
+      throw err;
+    }
+    const first = cluster.urls[0];
+    out('Shardex local cluster is up:');
+    for (const n of cluster.nodes) out(`  ${n.name}  ${n.httpUrl}  (gRPC ${n.grpcAddress})`);
+    out(`collection "docs": ${o.shards} shards x ${Math.min(o.replicas, o.nodes)} replicas`);
+    out('try:');
+    out(`  curl -s -XPOST '${first}/api/collections/docs/docs' -H 'content-type: application/json' -d '[{"id":"1","title":"hello shardex"}]'`);
+    out(`  curl -s '${first}/api/collections/docs/docs/1'`);
+    out(`  curl -s '${first}/api/cluster'`);
+    out('press Ctrl-C to stop');
+  });
+
+program
+  .command('node')
+  .description('start one node of a cluster coordinated by ZooKeeper')
+  .requiredOption('--zk <connect>', 'ZooKeeper connect string host:port[,host:port]/chroot')
+  .option('--port <port>', 'HTTP port', intArg('--port', 0, 65535), 8983)
+  .option('--grpc-port <port>', 'gRPC port (default: HTTP port + 1000)', intArg('--grpc-port', 0, 65535))
+  .option('--data <dir>', 'data directory', './data')
+  .option('--name <name>', 'node name (default: host_port)')
+  .option('--host <host>', 'address to bind and advertise', '127.0.0.1')
+  .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
+  .action(async (o: { zk: string; port: number; grpcPort?: number; data: string; name?: string; host: string; zkTimeout: number }) => {
+    await runNode(o);
+  });
+
+async function main(): Promise<void> {
+  try {
+    await program.parseAsync(process.argv);
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      process.exitCode = err.exitCode === 0 ? 0 : 2;
+      return;
+    }
+    process.stderr.write(`shardex: ${err instanceof ShardexError ? err.message : (err as Error).stack ?? String(err)}\n`);
+    process.exitCode = 1;
+  }
+}
+
+void main();

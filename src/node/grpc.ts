@@ -1,0 +1,365 @@
+// gRPC between nodes: the server side of proto/shardex.proto, and `PeerClients`, the
+// client side (one channel and one long-lived update stream per destination node).
+// ShardexError crosses the wire as a gRPC status plus the `shx-code` metadata entry, and is
+// rebuilt on the other side; a broken channel becomes a transient SHX_UNAVAILABLE.
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import type { Logger } from 'pino';
+import { ShardexError, errorFromWire } from '../errors.js';
+import type { UpdateOutcome, UpdateTransport } from '../distrib/distributor.js';
+import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
+
+const PROTO = fileURLToPath(new URL('../../proto/shardex.proto', import.meta.url));
+
+interface WireShardUpdate {
+  collection: string;
+  shard: string;
+  phase: string;
+  epoch: number;
+  ops: Buffer;
+  minRf: number;
+  from: string;
+}
+interface WireResult {
+  ok: boolean;
+  code: string;
+  message: string;
+  body: Buffer;
+}
+interface WireFrame {
+  id: number;
+  updates: WireShardUpdate[];
+}
+interface WireAck {
+  id: number;
+  results: WireResult[];
+}
+interface JsonMessage {
+  body: Buffer;
+}
+
+let serviceDef: grpc.ServiceDefinition | undefined;
+let clientCtor: grpc.ServiceClientConstructor | undefined;
+function service(): { def: grpc.ServiceDefinition; Client: grpc.ServiceClientConstructor } {
+  if (!serviceDef || !clientCtor) {
+    const pkg = protoLoader.loadSync(PROTO, { keepCase: false, longs: Number, defaults: true });
+    const loaded = grpc.loadPackageDefinition(pkg) as unknown as { shardex: { Shardex: grpc.ServiceClientConstructor } };
+    clientCtor = loaded.shardex.Shardex;
+    serviceDef = clientCtor.service;
+  }
+  return { def: serviceDef, Client: clientCtor };
+}
+
+const CHANNEL_OPTIONS: grpc.ChannelOptions = {
+  'grpc.max_receive_message_length': 512 * 1024 * 1024,
+  'grpc.max_send_message_length': 512 * 1024 * 1024,
+  // Notice a dead or frozen peer within seconds, not at the TCP timeout.
+  'grpc.keepalive_time_ms': 2000,
+  'grpc.keepalive_timeout_ms': 3000,
+  'grpc.keepalive_permit_without_calls': 1,
+  'grpc.initial_reconnect_backoff_ms': 100,
+  'grpc.max_reconnect_backoff_ms': 1000,
+};
+
+const toJson = (v: unknown): Buffer => Buffer.from(JSON.stringify(v ?? null));
+const fromJson = <T>(b: Buffer | undefined): T => (b && b.length > 0 ? (JSON.parse(b.toString('utf8')) as T) : (undefined as T));
+
+function statusOf(err: ShardexError): grpc.status {
+  if (err.code === 'SHX_BUSY') return grpc.status.RESOURCE_EXHAUSTED;
+  if (err.status === 404) return grpc.status.NOT_FOUND;
+  if (err.status >= 400 && err.status < 500) return grpc.status.INVALID_ARGUMENT;
+  if (err.retryable) return grpc.status.UNAVAILABLE;
+  return grpc.status.INTERNAL;
+}
+
+function toServiceError(err: unknown): Partial<grpc.ServiceError> {
+  const e = err instanceof ShardexError ? err : new ShardexError('SHX_INTERNAL', err instanceof Error ? err.message : String(err));
+  const metadata = new grpc.Metadata();
+  metadata.set('shx-code', e.code);
+  return { code: statusOf(e), details: e.message, metadata };
+}
+
+/** Rebuilds a ShardexError from a failed gRPC call. */
+export function fromServiceError(err: grpc.ServiceError, dest: string): ShardexError {
+  const code = err.metadata?.get('shx-code')[0];
+  if (typeof code === 'string') return errorFromWire(code, err.details);
+  if (err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.CANCELLED) {
+    return new ShardexError('SHX_UNAVAILABLE', `node ${dest} is unavailable: ${err.details || err.message}`, { cause: err });
+  }
+  if (err.code === grpc.status.DEADLINE_EXCEEDED) return new ShardexError('SHX_TIMEOUT', `node ${dest} did not answer in time`, { cause: err });
+  return new ShardexError('SHX_INTERNAL', `call to ${dest} failed: ${err.details || err.message}`, { cause: err });
+}
+
+// ---- server ---------------------------------------------------------------------------
+
+export interface PeerHandlers {
+  update(u: ShardUpdate): Promise<ShardUpdateResult>;
+  get(req: unknown): Promise<unknown>;
+  search(req: unknown): Promise<unknown>;
+  commit(req: unknown): Promise<unknown>;
+  versions(req: unknown): Promise<unknown>;
+  updatesAfter(req: unknown): Promise<unknown>;
+  copyShard(req: unknown): AsyncIterable<unknown>;
+}
+
+export function decodeUpdate(w: WireShardUpdate): ShardUpdate {
+  if (w.phase !== 'TOLEADER' && w.phase !== 'FROMLEADER') throw new ShardexError('SHX_BAD_REQUEST', `unknown update phase '${w.phase}'`);
+  return {
+    collection: w.collection,
+    shard: w.shard,
+    phase: w.phase,
+    epoch: w.epoch,
+    ops: fromJson<WireOp[]>(w.ops) ?? [],
+    minRf: w.minRf,
+    from: w.from,
+  };
+}
+
+export class PeerServer {
+  private readonly server = new grpc.Server(CHANNEL_OPTIONS);
+  private port = 0;
+
+  constructor(handlers: PeerHandlers, log: Logger) {
+    const unary =
+      (fn: (req: unknown) => Promise<unknown>) =>
+      (call: grpc.ServerUnaryCall<JsonMessage, JsonMessage>, cb: grpc.sendUnaryData<JsonMessage>): void => {
+        let req: unknown;
+        try {
+          req = fromJson(call.request.body);
+        } catch {
+          return cb(toServiceError(new ShardexError('SHX_BAD_REQUEST', 'request body is not JSON')));
+        }
+        fn(req).then(
+          (res) => cb(null, { body: toJson(res) }),
+          (err: unknown) => cb(toServiceError(err)),
+        );
+      };
+    this.server.addService(service().def, {
+      updates: (call: grpc.ServerDuplexStream<WireFrame, WireAck>) => {
+        call.on('data', (frame: WireFrame) => {
+          void Promise.all(
+            frame.updates.map(async (w): Promise<WireResult> => {
+              try {
+                const result = await handlers.update(decodeUpdate(w));
+                return { ok: true, code: '', message: '', body: toJson(result) };
+              } catch (err) {
+                const e = err instanceof ShardexError ? err : new ShardexError('SHX_INTERNAL', (err as Error).message);
+                if (!(err instanceof ShardexError)) log.error({ err }, 'update failed');
+                return { ok: false, code: e.code, message: e.message, body: Buffer.alloc(0) };
+              }
+            }),
+          ).then((results) => {
+            if (!call.writableEnded && !call.destroyed) call.write({ id: frame.id, results });
+          });
+        });
+        call.on('end', () => call.end());
+        call.on('error', () => undefined);
+      },
+      get: unary(handlers.get),
+      search: unary(handlers.search),
+      commit: unary(handlers.commit),
+      versions: unary(handlers.versions),
+      updatesAfter: unary(handlers.updatesAfter),
+      copyShard: (call: grpc.ServerWritableStream<JsonMessage, JsonMessage>) => {
+        void (async () => {
+          try {
+            for await (const chunk of handlers.copyShard(fromJson(call.request.body))) {
+              if (call.cancelled) return;
+              if (!call.write({ body: toJson(chunk) })) await new Promise((r) => call.once('drain', r));
+            }
+            call.end();
+          } catch (err) {
+            call.destroy(toServiceError(err) as Error);
+          }
+        })();
+      },
+    });
+  }
+
+  /** Binds host:port (port 0 = any free port) and returns the bound port. */
+  async listen(host: string, port: number): Promise<number> {
+    this.port = await new Promise<number>((resolve, reject) =>
+      this.server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+    );
+    return this.port;
+  }
+
+  async close(): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, 2000);
+      this.server.tryShutdown(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+
+  forceClose(): void {
+    this.server.forceShutdown();
+  }
+}
+
+// ---- clients --------------------------------------------------------------------------
+
+interface PendingFrame {
+  resolve(results: WireResult[]): void;
+  reject(err: ShardexError): void;
+  timer: NodeJS.Timeout;
+}
+
+interface Peer {
+  readonly address: string;
+  readonly client: grpc.Client & Record<string, (...args: unknown[]) => unknown>;
+  stream?: grpc.ClientDuplexStream<WireFrame, WireAck>;
+  readonly pending: Map<number, PendingFrame>;
+}
+
+export interface PeerClientsOptions {
+  /** node name -> gRPC address (host:port), from the live nodes. */
+  readonly resolve: (node: string) => string | undefined;
+  readonly logger: Logger;
+  /** A frame or unary call not answered in this time fails as a timeout. */
+  readonly callTimeoutMs?: number;
+}
+
+export class PeerClients implements UpdateTransport {
+  private readonly peers = new Map<string, Peer>();
+  private readonly o: PeerClientsOptions;
+  private nextId = 1;
+  private closed = false;
+
+  constructor(opts: PeerClientsOptions) {
+    this.o = opts;
+  }
+
+  private peer(dest: string): Peer {
+    if (this.closed) throw new ShardexError('SHX_UNAVAILABLE', 'node is shutting down');
+    const address = this.o.resolve(dest);
+    if (!address) throw new ShardexError('SHX_UNAVAILABLE', `node ${dest} is not live`);
+    let p = this.peers.get(dest);
+    if (p && p.address !== address) {
+      this.drop(dest, p, new ShardexError('SHX_UNAVAILABLE', `node ${dest} moved to ${address}`));
+      p = undefined;
+    }
+    if (!p) {
+      const { Client } = service();
+      p = { address, client: new Client(address, grpc.credentials.createInsecure(), CHANNEL_OPTIONS) as Peer['client'], pending: new Map() };
+      this.peers.set(dest, p);
+    }
+    return p;
+  }
+
+  private drop(dest: string, p: Peer, err: ShardexError): void {
+    this.failStream(p, err);
+    p.client.close();
+    if (this.peers.get(dest) === p) this.peers.delete(dest);
+  }
+
+  private failStream(p: Peer, err: ShardexError): void {
+    const s = p.stream;
+    p.stream = undefined;
+    for (const [, f] of p.pending) {
+      clearTimeout(f.timer);
+      f.reject(err);
+    }
+    p.pending.clear();
+    s?.cancel();
+  }
+
+  private stream(dest: string, p: Peer): grpc.ClientDuplexStream<WireFrame, WireAck> {
+    if (p.stream) return p.stream;
+    const s = p.client.updates() as grpc.ClientDuplexStream<WireFrame, WireAck>;
+    p.stream = s;
+    s.on('data', (ack: WireAck) => {
+      const f = p.pending.get(ack.id);
+      if (!f) return;
+      p.pending.delete(ack.id);
+      clearTimeout(f.timer);
+      f.resolve(ack.results);
+    });
+    const broken = (err?: grpc.ServiceError): void => {
+      if (p.stream !== s) return;
+      const e = err ? fromServiceError(err, dest) : new ShardexError('SHX_UNAVAILABLE', `update stream to ${dest} ended`);
+      this.failStream(p, e.retryable ? e : new ShardexError('SHX_UNAVAILABLE', e.message, { cause: e }));
+    };
+    s.on('error', broken);
+    s.on('end', () => broken());
+    return s;
+  }
+
+  /** UpdateTransport: one frame on the destination's stream, answered by one ack. */
+  send(dest: string, updates: readonly ShardUpdate[]): Promise<UpdateOutcome[]> {
+    let p: Peer;
+    try {
+      p = this.peer(dest);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const s = this.stream(dest, p);
+    const id = this.nextId++;
+    const frame: WireFrame = {
+      id,
+      updates: updates.map((u) => ({
+        collection: u.collection,
+        shard: u.shard,
+        phase: u.phase,
+        epoch: u.epoch,
+        ops: toJson(u.ops),
+        minRf: u.minRf,
+        from: u.from,
+      })),
+    };
+    return new Promise<WireResult[]>((resolve, reject) => {
+      const timeout = this.o.callTimeoutMs ?? 30_000;
+      const timer = setTimeout(() => {
+        p.pending.delete(id);
+        reject(new ShardexError('SHX_TIMEOUT', `node ${dest} did not acknowledge an update within ${timeout} ms`));
+      }, timeout);
+      p.pending.set(id, { resolve, reject, timer });
+      s.write(frame);
+    }).then((results) =>
+      results.map((r): UpdateOutcome =>
+        r.ok ? { ok: true, result: fromJson<ShardUpdateResult>(r.body) } : { ok: false, error: errorFromWire(r.code, r.message) },
+      ),
+    );
+  }
+
+  /** A unary JSON call (get, search, commit, versions, updatesAfter). */
+  call<T>(dest: string, method: 'get' | 'search' | 'commit' | 'versions' | 'updatesAfter', body: unknown, timeoutMs?: number): Promise<T> {
+    let p: Peer;
+    try {
+      p = this.peer(dest);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const deadline = new Date(Date.now() + (timeoutMs ?? this.o.callTimeoutMs ?? 30_000));
+    return new Promise<T>((resolve, reject) => {
+      p.client[method]!({ body: toJson(body) }, { deadline }, (err: grpc.ServiceError | null, res: JsonMessage) => {
+        if (err) reject(fromServiceError(err, dest));
+        else resolve(fromJson<T>(res.body));
+      });
+    });
+  }
+
+  /** A server-streaming JSON call (copyShard). */
+  async *streamCall<T>(dest: string, method: 'copyShard', body: unknown): AsyncGenerator<T> {
+    const p = this.peer(dest);
+    const call = p.client[method]!({ body: toJson(body) }) as grpc.ClientReadableStream<JsonMessage>;
+    try {
+      for await (const msg of call as AsyncIterable<JsonMessage>) yield fromJson<T>(msg.body);
+    } catch (err) {
+      throw fromServiceError(err as grpc.ServiceError, dest);
+    } finally {
+      call.cancel();
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const [dest, p] of this.peers) this.drop(dest, p, new ShardexError('SHX_UNAVAILABLE', 'node is shutting down'));
+  }
+}

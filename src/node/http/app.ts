@@ -1,0 +1,96 @@
+// The HTTP API: one fastify instance per node, one plugin per resource. Every error leaves
+// as {"error": "<what was wrong>", "code": "SHX_..."} with its catalog status; fastify's own
+// errors (bad JSON, body too large, wrong content type) are mapped here, once.
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import sjson from 'secure-json-parse';
+import type { Logger } from 'pino';
+import { ShardexError } from '../../errors.js';
+import type { ShardexNode } from '../shardex-node.js';
+import { adminRoutes } from './admin.js';
+import { collectionRoutes } from './collections.js';
+import { docRoutes } from './docs.js';
+
+export interface HttpOptions {
+  readonly bodyLimit: number;
+  readonly logger: Logger;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    shardex: ShardexNode;
+  }
+}
+
+/** Parses NDJSON: one JSON value per non-empty line; names the bad line. */
+export function parseNdjson(text: string): unknown[] {
+  const out: unknown[] = [];
+  let line = 0;
+  let start = 0;
+  while (start <= text.length) {
+    let end = text.indexOf('\n', start);
+    if (end < 0) end = text.length;
+    line++;
+    const raw = text.slice(start, end).trim();
+    start = end + 1;
+    if (raw.length === 0) continue;
+    try {
+      out.push(sjson.parse(raw, undefined, { protoAction: 'error', constructorAction: 'error' }));
+    } catch (err) {
+      throw new ShardexError('SHX_BAD_DOCUMENT', `line ${line} is not valid JSON (${(err as Error).message}); nothing was written`, {
+        details: { line },
+      });
+    }
+  }
+  return out;
+}
+
+const FASTIFY_ERRORS: Record<string, (e: FastifyError) => ShardexError> = {
+  FST_ERR_CTP_INVALID_JSON_BODY: (e) => new ShardexError('SHX_BAD_REQUEST', `body is not valid JSON: ${e.message}`),
+  FST_ERR_CTP_EMPTY_JSON_BODY: () => new ShardexError('SHX_BAD_REQUEST', 'body is empty; send a JSON array of documents'),
+  FST_ERR_CTP_BODY_TOO_LARGE: (e) => new ShardexError('SHX_BODY_TOO_LARGE', `${e.message}; split the batch into smaller requests`),
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: (e) =>
+    new ShardexError('SHX_UNSUPPORTED_MEDIA', `${e.message}; send application/json or application/x-ndjson`),
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: (e) => new ShardexError('SHX_BAD_REQUEST', e.message),
+};
+
+export function toShardexHttpError(err: unknown): ShardexError {
+  if (err instanceof ShardexError) return err;
+  const fe = err as FastifyError;
+  const mapped = fe.code ? FASTIFY_ERRORS[fe.code] : undefined;
+  if (mapped) return mapped(fe);
+  if (fe.validation) return new ShardexError('SHX_BAD_REQUEST', fe.message);
+  if (err instanceof SyntaxError) return new ShardexError('SHX_BAD_REQUEST', `body is not valid JSON: ${err.message}`);
+  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) return new ShardexError('SHX_BAD_REQUEST', fe.message);
+  return new ShardexError('SHX_INTERNAL', fe.message ?? String(err), { cause: err });
+}
+
+export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: opts.logger.child({ component: 'http' }) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: opts.bodyLimit,
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+  });
+  app.decorate('shardex', node);
+  app.addContentTypeParser(['application/x-ndjson', 'application/ndjson'], { parseAs: 'string' }, (_req, body, done) => {
+    try {
+      done(null, parseNdjson(body as string));
+    } catch (err) {
+      done(err as Error, undefined);
+    }
+  });
+  app.setErrorHandler((err, req, reply) => {
+    const e = toShardexHttpError(err);
+    if (e.status >= 500) req.log.error({ err, code: e.code }, 'request failed');
+    if (e.retryable && e.status === 503) void reply.header('retry-after', '1');
+    void reply.status(e.status).send(e.toJSON());
+  });
+  app.setNotFoundHandler((req, reply) => {
+    void reply.status(404).send({ error: `no route ${req.method} ${req.url}; see the README for the API`, code: 'SHX_NOT_FOUND' });
+  });
+  await app.register(adminRoutes);
+  await app.register(collectionRoutes);
+  await app.register(docRoutes);
+  return app as unknown as FastifyInstance;
+}

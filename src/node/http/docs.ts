@@ -1,0 +1,60 @@
+// /api/collections/:c/docs and /commit: writes, deletes, real-time get.
+import type { FastifyPluginAsync } from 'fastify';
+import { checkId, toAddOps } from '../../distrib/documents.js';
+import { ShardexError } from '../../errors.js';
+import { checkCollectionName } from './collections.js';
+
+function parseMinRf(v: unknown): number {
+  if (v === undefined) return 1;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new ShardexError('SHX_BAD_REQUEST', `minRf must be a positive integer, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+function parseBool(name: string, v: unknown): boolean | undefined {
+  if (v === undefined) return undefined;
+  if (v === 'true') return true;
+  if (v === 'false') return false;
+  throw new ShardexError('SHX_BAD_REQUEST', `${name} must be true or false, got ${JSON.stringify(v)}`);
+}
+
+export const docRoutes: FastifyPluginAsync = async (app) => {
+  app.post<{ Params: { c: string }; Querystring: { minRf?: string } }>('/api/collections/:c/docs', async (req) => {
+    const c = checkCollectionName(req.params.c);
+    app.shardex.collectionState(c);
+    const minRf = parseMinRf(req.query.minRf);
+    const body = req.body;
+    const docs = Array.isArray(body) ? body : body !== null && typeof body === 'object' ? [body] : undefined;
+    if (!docs) throw new ShardexError('SHX_BAD_REQUEST', 'body must be a JSON array of documents, one document object, or NDJSON');
+    const ops = toAddOps(docs);
+    const res = await app.shardex.update(c, ops, minRf);
+    return {
+      added: ops.length,
+      rf: res.rf,
+      versions: res.versions,
+      ...(!res.minRfMet && { minRfMet: false, warning: `achieved replication factor ${res.rf} is below minRf ${minRf}` }),
+    };
+  });
+
+  app.delete<{ Params: { c: string; id: string }; Querystring: { minRf?: string } }>('/api/collections/:c/docs/:id', async (req) => {
+    const c = checkCollectionName(req.params.c);
+    app.shardex.collectionState(c);
+    const id = checkId(req.params.id);
+    const minRf = parseMinRf(req.query.minRf);
+    const res = await app.shardex.update(c, [{ id, doc: null }], minRf);
+    return { id, version: res.versions[id], rf: res.rf, ...(!res.minRfMet && { minRfMet: false }) };
+  });
+
+  app.get<{ Params: { c: string; id: string }; Querystring: { distrib?: string } }>('/api/collections/:c/docs/:id', async (req, reply) => {
+    const c = checkCollectionName(req.params.c);
+    const distrib = parseBool('distrib', req.query.distrib);
+    const got = await app.shardex.get(c, req.params.id, distrib === undefined ? {} : { distrib });
+    if (!got) return reply.status(404).send({ error: `document '${req.params.id}' not found in '${c}'`, code: 'SHX_NOT_FOUND' });
+    return { ...got.entry.doc, _version_: got.entry.version, _shard_: got.shard };
+  });
+
+  app.post<{ Params: { c: string } }>('/api/collections/:c/commit', async (req) => {
+    const c = checkCollectionName(req.params.c);
+    return { commit: await app.shardex.commit(c) };
+  });
+};

@@ -1,0 +1,321 @@
+// The node process: hosts shard replicas, serves HTTP for clients and gRPC for peers, and
+// follows the cluster state to open, lead, follow and close its replicas.
+import { mkdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
+import type { FastifyInstance } from 'fastify';
+import type { CollectionSpec, CollectionState, Coordinator, NodeInfo } from '../coordination/index.js';
+import { CommandDistributor } from '../distrib/distributor.js';
+import { checkId } from '../distrib/documents.js';
+import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
+import { ShardReplica } from '../distrib/replica.js';
+import { linearBackoff, type BackoffPolicy } from '../distrib/retry.js';
+import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
+import { ShardexError } from '../errors.js';
+import { ReplicaStore, type CommitPoint, type StoredEntry } from '../ulog/index.js';
+import { PeerClients, PeerServer } from './grpc.js';
+import { buildHttp } from './http/app.js';
+
+export interface ShardexNodeOptions {
+  readonly name: string;
+  readonly host?: string;
+  readonly httpPort: number;
+  readonly grpcPort: number;
+  readonly dataDir: string;
+  readonly coordinator: Coordinator;
+  readonly logger: Logger;
+  /** Largest accepted HTTP body (Elasticsearch's http.max_content_length: 100 MiB). */
+  readonly bodyLimit?: number;
+  readonly maxInFlight?: number;
+  readonly backoff?: BackoffPolicy;
+  readonly forwardRetries?: number;
+  readonly replicaRetries?: number;
+  readonly logRetention?: number;
+  readonly callTimeoutMs?: number;
+}
+
+export interface GetResult {
+  readonly entry: StoredEntry;
+  readonly shard: string;
+}
+
+export class ShardexNode {
+  readonly name: string;
+  readonly log: Logger;
+  readonly coordinator: Coordinator;
+  readonly metrics = new Registry();
+  private readonly o: ShardexNodeOptions;
+  private readonly replicas = new Map<string, ShardReplica>();
+  private readonly opening = new Map<string, Promise<ShardReplica | undefined>>();
+  private readonly peers: PeerClients;
+  private readonly distributor: CommandDistributor;
+  readonly processor: UpdateProcessor;
+  private readonly grpcServer: PeerServer;
+  private http: FastifyInstance | undefined;
+  private unsubscribe: (() => void) | undefined;
+  private syncing: Promise<void> = Promise.resolve();
+  private stopped = false;
+  private readonly forwarded: Counter<'phase'>;
+  httpUrl = '';
+  grpcAddress = '';
+
+  constructor(opts: ShardexNodeOptions) {
+    this.o = opts;
+    this.name = opts.name;
+    this.log = opts.logger.child({ node: opts.name });
+    this.coordinator = opts.coordinator;
+    collectDefaultMetrics({ register: this.metrics, prefix: 'shardex_' });
+    this.forwarded = new Counter({
+      name: 'shardex_updates_forwarded_total',
+      help: 'Update ops this node sent on to another node, by phase',
+      labelNames: ['phase'],
+      registers: [this.metrics],
+    });
+    this.peers = new PeerClients({
+      resolve: (node) => this.coordinator.liveNodes().find((n) => n.name === node)?.grpc,
+      logger: this.log,
+      ...(opts.callTimeoutMs !== undefined && { callTimeoutMs: opts.callTimeoutMs }),
+    });
+    this.distributor = new CommandDistributor({
+      transport: this.peers,
+      logger: this.log,
+      maxInFlight: opts.maxInFlight ?? 16,
+      backoff: opts.backoff ?? linearBackoff(),
+    });
+    this.processor = new UpdateProcessor({
+      self: this.name,
+      coordinator: this.coordinator,
+      replica: (c, s) => this.replicas.get(`${c}/${s}`),
+      distributor: this.distributor,
+      logger: this.log,
+      ...(opts.backoff && { backoff: opts.backoff }),
+      ...(opts.forwardRetries !== undefined && { forwardRetries: opts.forwardRetries }),
+      ...(opts.replicaRetries !== undefined && { replicaRetries: opts.replicaRetries }),
+      onForward: (phase, n) => this.forwarded.inc({ phase }, n),
+    });
+    this.grpcServer = new PeerServer(
+      {
+        update: (u) => this.onPeerUpdate(u),
+        get: (req) => this.onPeerGet(req as { collection: string; shard: string; ids: string[] }),
+        search: async () => {
+          throw new ShardexError('SHX_BAD_REQUEST', 'search is not served by this node version');
+        },
+        commit: (req) => this.commitLocal((req as { collection: string; shard: string }).collection, (req as { shard: string }).shard),
+        versions: async () => {
+          throw new ShardexError('SHX_BAD_REQUEST', 'peer sync is not served by this node version');
+        },
+        updatesAfter: async () => {
+          throw new ShardexError('SHX_BAD_REQUEST', 'peer sync is not served by this node version');
+        },
+        copyShard: () => {
+          throw new ShardexError('SHX_BAD_REQUEST', 'full copy is not served by this node version');
+        },
+      },
+      this.log,
+    );
+  }
+
+  get info(): NodeInfo {
+    return { name: this.name, http: this.httpUrl, grpc: this.grpcAddress, role: 'data' };
+  }
+
+  async start(): Promise<void> {
+    const host = this.o.host ?? '127.0.0.1';
+    await mkdir(this.o.dataDir, { recursive: true });
+    const grpcPort = await this.grpcServer.listen(host, this.o.grpcPort);
+    this.grpcAddress = `${host}:${grpcPort}`;
+    this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, logger: this.log });
+    await this.http.listen({ host, port: this.o.httpPort });
+    const addr = this.http.server.address();
+    this.httpUrl = `http://${host}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
+    await this.coordinator.start(this.info);
+    this.unsubscribe = this.coordinator.onChange(() => this.scheduleSync());
+    this.scheduleSync();
+    await this.syncing;
+    this.log.info({ http: this.httpUrl, grpc: this.grpcAddress }, 'node started');
+  }
+
+  // ---- following the cluster state ----------------------------------------------------
+
+  private scheduleSync(): void {
+    if (this.stopped) return;
+    this.syncing = this.syncing.then(() => this.syncReplicas()).catch((err) => this.log.error({ err }, 'replica sync failed'));
+  }
+
+  private async syncReplicas(): Promise<void> {
+    const wanted = new Set<string>();
+    for (const [c, state] of this.coordinator.collections()) {
+      for (const s of state.shards) {
+        if (!s.replicas.some((r) => r.node === this.name)) continue;
+        const key = `${c}/${s.name}`;
+        wanted.add(key);
+        if (!this.replicas.has(key) && !this.opening.has(key)) await this.openReplica(c, s.name);
+      }
+    }
+    for (const [key, replica] of this.replicas) {
+      if (wanted.has(key)) continue;
+      this.replicas.delete(key);
+      await this.coordinator.leaveElection(replica.collection, replica.shard);
+      await replica.store.close();
+      await rm(this.replicaDir(replica.collection, replica.shard), { recursive: true, force: true });
+      this.log.info({ replica: key }, 'replica removed');
+    }
+  }
+
+  private replicaDir(collection: string, shard: string): string {
+    return join(this.o.dataDir, collection, shard);
+  }
+
+  private async openReplica(collection: string, shard: string): Promise<ShardReplica | undefined> {
+    const key = `${collection}/${shard}`;
+    const p = (async () => {
+      const store = await ReplicaStore.open(this.replicaDir(collection, shard), {
+        ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
+      });
+      const replica = new ShardReplica(collection, shard, store, this.log);
+      this.replicas.set(key, replica);
+      this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion }, 'replica opened');
+      await this.coordinator.joinElection(collection, shard, {
+        canLead: async () => this.mayLead(replica),
+        onElected: (epoch) => replica.becomeLeader(epoch),
+        onLost: () => replica.becomeFollower(),
+      });
+      return replica;
+    })();
+    this.opening.set(key, p);
+    try {
+      return await p;
+    } finally {
+      this.opening.delete(key);
+    }
+  }
+
+  /** A replica whose term is behind the shard's highest missed acknowledged updates: it may not lead. */
+  private async mayLead(replica: ShardReplica): Promise<boolean> {
+    if (this.stopped) return false;
+    const terms = await this.coordinator.terms(replica.collection, replica.shard);
+    const top = Math.max(0, ...Object.values(terms));
+    return (terms[this.name] ?? 0) >= top;
+  }
+
+  replica(collection: string, shard: string): ShardReplica | undefined {
+    return this.replicas.get(`${collection}/${shard}`);
+  }
+
+  // ---- operations (called by the HTTP layer) ------------------------------------------
+
+  collectionState(name: string): CollectionState {
+    const state = this.coordinator.collection(name);
+    if (!state) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${name}' does not exist; create it with POST /api/collections`);
+    return state;
+  }
+
+  async createCollection(spec: CollectionSpec): Promise<CollectionState> {
+    const state = await this.coordinator.createCollection(spec);
+    await this.waitFor(() => state.shards.every((s) => this.coordinator.leader(spec.name, s.name) !== undefined), 30_000);
+    return this.coordinator.collection(spec.name) ?? state;
+  }
+
+  async deleteCollection(name: string): Promise<void> {
+    await this.coordinator.deleteCollection(name);
+  }
+
+  /** Waits until `cond` holds (re-checked on every cluster change), or fails after `ms`. */
+  waitFor(cond: () => boolean, ms: number): Promise<void> {
+    if (cond()) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const done = (err?: Error): void => {
+        clearTimeout(timer);
+        clearInterval(poll);
+        off();
+        if (err) reject(err);
+        else resolve();
+      };
+      const check = (): void => {
+        if (cond()) done();
+      };
+      const off = this.coordinator.onChange(check);
+      const poll = setInterval(check, 50);
+      const timer = setTimeout(() => done(new ShardexError('SHX_TIMEOUT', `cluster did not reach the expected state within ${ms} ms`)), ms);
+    });
+  }
+
+  update(collection: string, ops: readonly WireOp[], minRf?: number): Promise<UpdateResponse> {
+    return this.processor.update(collection, ops, minRf);
+  }
+
+  private onPeerUpdate(u: ShardUpdate): Promise<ShardUpdateResult> {
+    return u.phase === 'TOLEADER' ? this.processor.toLeader(u) : this.processor.fromLeader(u);
+  }
+
+  /** Real-time get: from the shard leader (distrib), or only from this node's replica. */
+  async get(collection: string, id: string, opts: { distrib?: boolean } = {}): Promise<GetResult | undefined> {
+    const state = this.collectionState(collection);
+    checkId(id);
+    const shard = routerOf(state).route(id).shard;
+    if (opts.distrib === false) {
+      const local = this.replica(collection, shard);
+      const entry = local ? await local.store.get(id) : undefined;
+      return entry && entry.doc !== null ? { entry, shard } : undefined;
+    }
+    const leader = this.coordinator.leader(collection, shard);
+    if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
+    const [entry] =
+      leader.node === this.name
+        ? await this.onPeerGet({ collection, shard, ids: [id] })
+        : await this.peers.call<Array<StoredEntry | null>>(leader.node, 'get', { collection, shard, ids: [id] });
+    return entry && entry.doc !== null ? { entry, shard } : undefined;
+  }
+
+  private async onPeerGet(req: { collection: string; shard: string; ids: string[] }): Promise<Array<StoredEntry | null>> {
+    const replica = this.replica(req.collection, req.shard);
+    if (!replica) throw new ShardexError('SHX_NOT_FOUND', `${this.name} hosts no replica of ${req.collection}/${req.shard}`);
+    const entries = await replica.store.getMany(req.ids);
+    return entries.map((e) => e ?? null);
+  }
+
+  /** Commits every shard at its leader. */
+  async commit(collection: string): Promise<Record<string, CommitPoint>> {
+    const state = this.collectionState(collection);
+    const out: Record<string, CommitPoint> = {};
+    await Promise.all(
+      state.shards.map(async (s) => {
+        const leader = this.coordinator.leader(collection, s.name);
+        if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${s.name} has no leader right now; retry shortly`);
+        out[s.name] =
+          leader.node === this.name
+            ? await this.commitLocal(collection, s.name)
+            : await this.peers.call<CommitPoint>(leader.node, 'commit', { collection, shard: s.name });
+      }),
+    );
+    return out;
+  }
+
+  private async commitLocal(collection: string, shard: string): Promise<CommitPoint> {
+    const replica = this.replica(collection, shard);
+    if (!replica) throw new ShardexError('SHX_NOT_FOUND', `${this.name} hosts no replica of ${collection}/${shard}`);
+    return replica.store.commit();
+  }
+
+  metricsText(): Promise<string> {
+    return this.metrics.metrics();
+  }
+
+  /** Graceful stop: leave elections first (fast failover), then close servers and stores. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.unsubscribe?.();
+    await this.syncing;
+    for (const r of this.replicas.values()) await this.coordinator.leaveElection(r.collection, r.shard).catch(() => undefined);
+    await this.http?.close();
+    this.distributor.close();
+    await this.grpcServer.close();
+    this.peers.close();
+    await this.coordinator.close().catch(() => undefined);
+    for (const r of this.replicas.values()) await r.store.close().catch(() => undefined);
+    this.replicas.clear();
+    this.log.info('node stopped');
+  }
+}

@@ -1,0 +1,227 @@
+// One replica's durable state in LevelDB: the update log keyed by version and the current
+// documents keyed by id, both written in one atomic batch per applied request. A stored
+// entry is the same JSON text in both places: {"id","v","doc"} (doc null = tombstone).
+// Tombstones keep their version so that a late, older add cannot resurrect a deleted id.
+import { Level } from 'level';
+
+export type Doc = Record<string, unknown>;
+
+export interface UpdateOp {
+  readonly id: string;
+  readonly version: number;
+  /** The document, or null for a delete. */
+  readonly doc: Doc | null;
+}
+
+export interface StoredEntry extends UpdateOp {}
+
+export interface CommitPoint {
+  readonly version: number;
+  readonly at: number;
+}
+
+export interface ReplicaStoreOptions {
+  /** Update-log entries kept for peer sync; older ones are trimmed. */
+  readonly logRetention?: number;
+}
+
+const LOG = 'l';
+const DOC = 'd';
+const COMMIT = 'm:commit';
+const VERSION_WIDTH = 16;
+
+export const logKey = (version: number): string => LOG + String(version).padStart(VERSION_WIDTH, '0');
+const docKey = (id: string): string => DOC + id;
+
+export function encodeEntry(op: UpdateOp): string {
+  return `{"id":${JSON.stringify(op.id)},"v":${op.version},"doc":${op.doc === null ? 'null' : JSON.stringify(op.doc)}}`;
+}
+
+export function decodeEntry(text: string): StoredEntry {
+  const e = JSON.parse(text) as { id: string; v: number; doc: Doc | null };
+  return { id: e.id, version: e.v, doc: e.doc };
+}
+
+export class ReplicaStore {
+  private readonly db: Level<string, string>;
+  private readonly retention: number;
+  /** id -> version of the newest applied op (tombstones included). */
+  private readonly versions = new Map<string, number>();
+  private liveDocs = 0;
+  private logCount = 0;
+  private maxVersionSeen = 0;
+  private writeChain: Promise<unknown> = Promise.resolve();
+  private commitPoint: CommitPoint | undefined;
+
+  private constructor(db: Level<string, string>, retention: number) {
+    this.db = db;
+    this.retention = retention;
+  }
+
+  /** Opens (creating if needed) the store in `dir` and loads its version map. */
+  static async open(dir: string, opts: ReplicaStoreOptions = {}): Promise<ReplicaStore> {
+    const db = new Level<string, string>(dir, { valueEncoding: 'utf8' });
+    await db.open();
+    const store = new ReplicaStore(db, opts.logRetention ?? 100_000);
+    await store.load();
+    return store;
+  }
+
+  private async load(): Promise<void> {
+    for await (const [, value] of this.db.iterator({ gte: DOC, lt: DOC + '\uffff' })) {
+      const e = decodeEntry(value);
+      this.versions.set(e.id, e.version);
+      if (e.doc !== null) this.liveDocs++;
+      else this.tombstones.add(e.id);
+      if (e.version > this.maxVersionSeen) this.maxVersionSeen = e.version;
+    }
+    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':' })) {
+      this.logCount++;
+      const v = Number(key.slice(1));
+      if (v > this.maxVersionSeen) this.maxVersionSeen = v;
+    }
+    const c = await this.db.get(COMMIT);
+    if (c !== undefined) this.commitPoint = JSON.parse(c) as CommitPoint;
+  }
+
+  /** Newest version this replica holds (0 when empty). */
+  get maxVersion(): number {
+    return this.maxVersionSeen;
+  }
+
+  get docCount(): number {
+    return this.liveDocs;
+  }
+
+  get lastCommit(): CommitPoint | undefined {
+    return this.commitPoint;
+  }
+
+  versionOf(id: string): number | undefined {
+    return this.versions.get(id);
+  }
+
+  /**
+   * Applies the ops whose version is newer than the stored version of their id, in one
+   * atomic batch, and returns those applied. Older or repeated versions are dropped, which
+   * is what makes FROMLEADER idempotent and order-insensitive per id.
+   */
+  apply(ops: readonly UpdateOp[]): Promise<UpdateOp[]> {
+    const applied: UpdateOp[] = [];
+    const batch: Array<{ type: 'put'; key: string; value: string }> = [];
+    for (const op of ops) {
+      const cur = this.versions.get(op.id);
+      if (cur !== undefined && cur >= op.version) continue;
+      const text = encodeEntry(op);
+      batch.push({ type: 'put', key: logKey(op.version), value: text }, { type: 'put', key: docKey(op.id), value: text });
+      const wasLive = cur !== undefined && this.isLiveVersion(op.id);
+      this.versions.set(op.id, op.version);
+      this.setLive(op.id, op.doc !== null);
+      if (op.doc !== null && !wasLive) this.liveDocs++;
+      else if (op.doc === null && wasLive) this.liveDocs--;
+      if (op.version > this.maxVersionSeen) this.maxVersionSeen = op.version;
+      applied.push(op);
+    }
+    if (batch.length === 0) return Promise.resolve(applied);
+    this.logCount += applied.length;
+    const write = this.writeChain.then(() => this.db.batch(batch));
+    this.writeChain = write.catch(() => undefined);
+    return write.then(async () => {
+      if (this.logCount > this.retention * 1.1) await this.trim();
+      return applied;
+    });
+  }
+
+  // Liveness of each id is tracked beside its version; a Set of tombstoned ids stays small.
+  private readonly tombstones = new Set<string>();
+  private isLiveVersion(id: string): boolean {
+    return !this.tombstones.has(id);
+  }
+  private setLive(id: string, live: boolean): void {
+    if (live) this.tombstones.delete(id);
+    else this.tombstones.add(id);
+  }
+
+  /** Waits until every write issued so far is on disk. */
+  async flush(): Promise<void> {
+    await this.writeChain;
+  }
+
+  async get(id: string): Promise<StoredEntry | undefined> {
+    if (!this.versions.has(id)) return undefined;
+    const v = await this.db.get(docKey(id));
+    return v === undefined ? undefined : decodeEntry(v);
+  }
+
+  async getMany(ids: readonly string[]): Promise<Array<StoredEntry | undefined>> {
+    const values = await this.db.getMany(ids.map(docKey));
+    return values.map((v) => (v === undefined ? undefined : decodeEntry(v)));
+  }
+
+  /** Every stored entry (tombstones included), in id order; for full copies and index rebuilds. */
+  async *entries(opts: { afterId?: string } = {}): AsyncGenerator<StoredEntry> {
+    const gt = opts.afterId === undefined ? undefined : docKey(opts.afterId);
+    const it = gt === undefined ? this.db.iterator({ gte: DOC, lt: DOC + '\uffff' }) : this.db.iterator({ gt, lt: DOC + '\uffff' });
+    for await (const [, value] of it) yield decodeEntry(value);
+  }
+
+  /** The newest `n` versions in the update log, newest first (peer sync). */
+  async recentVersions(n: number): Promise<number[]> {
+    const out: number[] = [];
+    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: n })) out.push(Number(key.slice(1)));
+    return out;
+  }
+
+  /** Oldest version still in the log, or undefined when the log is empty. */
+  async oldestLogVersion(): Promise<number | undefined> {
+    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', limit: 1 })) return Number(key.slice(1));
+    return undefined;
+  }
+
+  /** Log entries with version > `after`, oldest first, at most `limit`. */
+  async updatesAfter(after: number, limit: number): Promise<StoredEntry[]> {
+    const out: StoredEntry[] = [];
+    for await (const [, value] of this.db.iterator({ gt: logKey(after), lt: LOG + ':', limit })) out.push(decodeEntry(value));
+    return out;
+  }
+
+  /** Records a commit point at the current newest version. */
+  async commit(): Promise<CommitPoint> {
+    await this.flush();
+    const point: CommitPoint = { version: this.maxVersionSeen, at: Date.now() };
+    await this.db.put(COMMIT, JSON.stringify(point));
+    this.commitPoint = point;
+    return point;
+  }
+
+  private async trim(): Promise<void> {
+    const drop = this.logCount - this.retention;
+    if (drop <= 0) return;
+    let cutoff: string | undefined;
+    let i = 0;
+    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', limit: drop })) {
+      cutoff = key;
+      i++;
+    }
+    if (cutoff === undefined) return;
+    await this.db.clear({ gte: LOG, lte: cutoff });
+    this.logCount -= i;
+  }
+
+  /** Removes everything (before a full copy from the leader). */
+  async clear(): Promise<void> {
+    await this.flush();
+    await this.db.clear();
+    this.versions.clear();
+    this.tombstones.clear();
+    this.liveDocs = 0;
+    this.logCount = 0;
+    this.maxVersionSeen = 0;
+    this.commitPoint = undefined;
+  }
+
+  async close(): Promise<void> {
+    await this.flush();
+    await this.db.close();
+  }
+}
