@@ -1,0 +1,83 @@
+// Ingest: N generated docs posted over HTTP (JSON batches, round-robin over the nodes) into
+// a `shardex dev` cluster (2 shards x 2 replicas), beside the raw rate of writing the same
+// documents with `level` batches in this process (the floor of what a replica must do).
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Level } from 'level';
+import pLimit from 'p-limit';
+import { generateDocs } from '../dist/corpus.js';
+import { fmt, log, ratio, startDevCluster } from './lib.mjs';
+
+function args(rest) {
+  const a = { docs: 100_000, batch: 500, concurrency: 8 };
+  for (let i = 0; i < rest.length; i += 2) a[rest[i].replace(/^--/, '')] = Number(rest[i + 1]);
+  return a;
+}
+
+async function rawLevel(batches) {
+  const dir = await mkdtemp(join(tmpdir(), 'shardex-bench-level-'));
+  const db = new Level(dir, { valueEncoding: 'utf8' });
+  await db.open();
+  const t0 = performance.now();
+  let v = 1;
+  for (const batch of batches) {
+    const ops = [];
+    for (const d of batch) {
+      const text = JSON.stringify({ id: d.id, v, doc: d });
+      ops.push({ type: 'put', key: 'l' + String(v++).padStart(16, '0'), value: text }, { type: 'put', key: 'd' + d.id, value: text });
+    }
+    await db.batch(ops);
+  }
+  const ms = performance.now() - t0;
+  await db.close();
+  await rm(dir, { recursive: true, force: true });
+  return ms;
+}
+
+export async function run(rest) {
+  const a = args(rest);
+  log(`generating ${fmt(a.docs)} docs ...`);
+  const docs = [...generateDocs({ count: a.docs, seed: 1 })];
+  const batches = [];
+  for (let i = 0; i < docs.length; i += a.batch) batches.push(docs.slice(i, i + a.batch));
+  const bodies = batches.map((b) => JSON.stringify(b));
+
+  log('baseline: raw level batches (one store, log + doc per document) ...');
+  const rawMs = await rawLevel(batches);
+  const rawRate = a.docs / (rawMs / 1000);
+
+  log('starting dev cluster (3 nodes, 2 shards x 2 replicas) ...');
+  const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2 });
+  try {
+    const limit = pLimit(a.concurrency);
+    let done = 0;
+    let lastReport = performance.now();
+    const t0 = performance.now();
+    await Promise.all(
+      bodies.map((body, i) =>
+        limit(async () => {
+          const res = await fetch(`${cluster.urls[i % cluster.urls.length]}/api/collections/docs/docs`, {
+            method: 'POST', headers: { 'content-type': 'application/json' }, body,
+          });
+          if (res.status !== 200) throw new Error(`batch ${i}: HTTP ${res.status} ${await res.text()}`);
+          await res.arrayBuffer();
+          done += batches[i].length;
+          const now = performance.now();
+          if (now - lastReport > 2000) {
+            lastReport = now;
+            log(`  ${fmt(done)} / ${fmt(a.docs)} docs, ${fmt(done / ((now - t0) / 1000))} docs/s`);
+          }
+        }),
+      ),
+    );
+    const ms = performance.now() - t0;
+    const rate = a.docs / (ms / 1000);
+    log('');
+    log(`| figure | shardex (HTTP, 2 shards x 2 replicas) | raw level batches | ratio |`);
+    log(`|---|---|---|---|`);
+    log(`| ingest docs/s (${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight) | ${fmt(rate)} | ${fmt(rawRate)} | ${ratio(rate, rawRate)} |`);
+  } finally {
+    await cluster.stop();
+  }
+}

@@ -1,0 +1,92 @@
+// Issue 2, "what it must show" 3: 3 nodes, 4 shards x 2 replicas, 10,000 generated documents
+// posted round-robin in batches of 500; every document reads back from every node, and with
+// distrib=false it is found on exactly the nodes hosting its shard, with equal versions.
+import pLimit from 'p-limit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateDocs, type CorpusDoc } from '../../src/corpus.js';
+import { routeId } from '../../src/hashrange/index.js';
+import { clusterView, http, startCluster, type ClusterView, type TestCluster } from '../support/cluster.js';
+
+const DOCS = 10_000;
+const BATCH = 500;
+
+describe('write path on a 3-node cluster (4 shards x 2 replicas)', () => {
+  let tc: TestCluster;
+  let view: ClusterView;
+  const docs: CorpusDoc[] = [...generateDocs({ count: DOCS, seed: 7, words: 30 })];
+  const acked = new Map<string, number>();
+  const limit = pLimit(32);
+
+  beforeAll(async () => {
+    tc = await startCluster({ nodes: 3, collection: { name: 'docs', numShards: 4, replicationFactor: 2, router: 'compositeId' } });
+    for (let i = 0; i < DOCS; i += BATCH) {
+      const url = tc.urls[(i / BATCH) % tc.urls.length];
+      const res = await http('POST', `${url}/api/collections/docs/docs`, docs.slice(i, i + BATCH));
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.added).toBe(BATCH);
+      expect(res.body.rf).toBe(2);
+      for (const [id, v] of Object.entries(res.body.versions as Record<string, number>)) acked.set(id, v);
+    }
+    view = await clusterView(tc.urls[0]!);
+  });
+
+  afterAll(async () => {
+    await tc?.stop();
+  });
+
+  it('acknowledges every document with a version', () => {
+    expect(acked.size).toBe(DOCS);
+  });
+
+  it('lists 4 shards with their Solr ranges, each with a leader and 2 active replicas', () => {
+    const shards = view.collections.docs!.shards;
+    expect(Object.keys(shards)).toEqual(['shard1', 'shard2', 'shard3', 'shard4']);
+    expect(Object.values(shards).map((s) => s.range)).toEqual(['80000000-bfffffff', 'c0000000-ffffffff', '0-3fffffff', '40000000-7fffffff']);
+    for (const s of Object.values(shards)) {
+      expect(s.leader).not.toBeNull();
+      expect(s.replicas.map((r) => r.state)).toEqual(['active', 'active']);
+      expect(s.replicas.map((r) => r.node)).toContain(s.leader);
+    }
+  });
+
+  it('reads every document back from every node', async () => {
+    const misses: string[] = [];
+    await Promise.all(
+      docs.flatMap((d) =>
+        tc.urls.map((url) =>
+          limit(async () => {
+            const res = await http('GET', `${url}/api/collections/docs/docs/${encodeURIComponent(d.id)}`);
+            if (res.status !== 200 || res.body.title !== d.title || res.body._version_ !== acked.get(d.id)) misses.push(`${url} ${d.id} ${res.status}`);
+          }),
+        ),
+      ),
+    );
+    expect(misses.slice(0, 10)).toEqual([]);
+  });
+
+  it('finds each document with distrib=false exactly on the nodes hosting the shard its hash names, with equal versions', async () => {
+    const byName = new Map(view.nodes.map((n) => [n.name, n.http]));
+    const problems: string[] = [];
+    await Promise.all(
+      docs.map((d) =>
+        limit(async () => {
+          const shard = routeId(d.id, 4, 'compositeId').shard;
+          const hosts = view.collections.docs!.shards[shard]!.replicas.map((r) => r.node);
+          const versions: number[] = [];
+          for (const [name, url] of byName) {
+            const res = await http('GET', `${url}/api/collections/docs/docs/${encodeURIComponent(d.id)}?distrib=false`);
+            const hosted = hosts.includes(name);
+            if (hosted && res.status !== 200) problems.push(`${d.id} missing on ${name}`);
+            if (!hosted && res.status !== 404) problems.push(`${d.id} unexpectedly on ${name}`);
+            if (res.status === 200) {
+              if (res.body._shard_ !== shard) problems.push(`${d.id} on ${res.body._shard_}, hash says ${shard}`);
+              versions.push(res.body._version_);
+            }
+          }
+          if (new Set(versions).size !== 1 || versions[0] !== acked.get(d.id)) problems.push(`${d.id} versions ${versions.join(',')}`);
+        }),
+      ),
+    );
+    expect(problems.slice(0, 10)).toEqual([]);
+  });
+});
