@@ -73,7 +73,8 @@ export class ClusterCoordinator implements Coordinator {
     return this.selfInfo;
   }
 
-  async start(self: NodeInfo): Promise<void> {
+  /** Registers `self` as live and watches the cluster; without `self`, only watches (clients). */
+  async start(self?: NodeInfo): Promise<void> {
     this.selfInfo = self;
     await Promise.all(['/live_nodes', '/collections', '/config'].map((p) => this.store.mkdirp(p)));
     this.unsubscribeSession = this.store.onSessionState((s) => this.onSessionState(s));

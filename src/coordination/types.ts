@@ -60,8 +60,8 @@ export interface ElectionCandidate {
 }
 
 export interface Coordinator {
-  /** Registers this node as live and starts watching the cluster. */
-  start(self: NodeInfo): Promise<void>;
+  /** Registers this node as live (when given) and starts watching the cluster. */
+  start(self?: NodeInfo): Promise<void>;
   readonly self: NodeInfo | undefined;
   liveNodes(): readonly NodeInfo[];
   isLive(node: string): boolean;

@@ -6,6 +6,7 @@ import { formatRange, parseRouterName, partitionRange, routeId } from '../hashra
 import { ShardexError } from '../errors.js';
 import { DevCluster } from './dev-cluster.js';
 import { createLogger } from './logger.js';
+import { registerClientCommands } from './cli-client.js';
 import { runNode } from './run-node.js';
 
 const out = (line: string): void => void process.stdout.write(line + '\n');
@@ -111,6 +112,8 @@ program
   .action(async (o: { zk: string; port: number; grpcPort?: number; data: string; name?: string; host: string; zkTimeout: number }) => {
     await runNode(o);
   });
+
+registerClientCommands(program);
 
 async function main(): Promise<void> {
   try {
