@@ -65,6 +65,8 @@ export class CommandDistributor {
   private readonly lingerMs: number;
   private readonly backoff: BackoffPolicy;
   private readonly buffers = new Map<string, Buffer>();
+  /** Updates pausing before a retry, by their timer: close() rejects them at once. */
+  private readonly retrying = new Map<NodeJS.Timeout, Pending>();
   private closed = false;
   readonly stats: DistributorStats = { sent: 0, retried: 0, failed: 0, inFlight: 0, maxInFlightSeen: 0 };
 
@@ -79,7 +81,7 @@ export class CommandDistributor {
 
   /** Queues an update for `dest`; settles with its final result or its final error. */
   submit(dest: string, update: ShardUpdate, opts: SubmitOptions): Promise<ShardUpdateResult> {
-    if (this.closed) return Promise.reject(new ShardexError('SHX_UNAVAILABLE', 'node is shutting down'));
+    if (this.closed) return Promise.reject(shuttingDown());
     return new Promise((resolve, reject) => {
       this.enqueue({ update, opts, dest, attempts: 0, resolve, reject });
     });
@@ -107,6 +109,11 @@ export class CommandDistributor {
   }
 
   private async sendFrame(dest: string, items: Pending[]): Promise<void> {
+    // A frame that waited for a free slot while the distributor closed is never sent.
+    if (this.closed) {
+      for (const item of items) item.reject(shuttingDown());
+      return;
+    }
     this.stats.inFlight++;
     this.stats.maxInFlightSeen = Math.max(this.stats.maxInFlightSeen, this.stats.inFlight);
     this.stats.sent++;
@@ -135,12 +142,14 @@ export class CommandDistributor {
       this.stats.retried++;
       const pause = this.backoff(item.attempts);
       this.log?.warn({ dest: item.dest, attempt: item.attempts, err: error.message, pauseMs: pause }, 'retrying update');
-      setTimeout(() => {
+      const timer = setTimeout(() => {
+        this.retrying.delete(timer);
         const next = item.opts.resolveDest?.();
         if (next !== undefined) item.dest = next;
-        if (this.closed) return item.reject(new ShardexError('SHX_UNAVAILABLE', 'node is shutting down'));
+        if (this.closed) return item.reject(shuttingDown());
         this.enqueue(item);
       }, pause);
+      this.retrying.set(timer, item);
       return;
     }
     this.stats.failed++;
@@ -156,11 +165,18 @@ export class CommandDistributor {
     this.closed = true;
     for (const [, buf] of this.buffers) {
       if (buf.timer) clearTimeout(buf.timer);
-      for (const p of buf.items) p.reject(new ShardexError('SHX_UNAVAILABLE', 'node is shutting down'));
+      for (const p of buf.items) p.reject(shuttingDown());
     }
     this.buffers.clear();
+    for (const [timer, p] of this.retrying) {
+      clearTimeout(timer);
+      p.reject(shuttingDown());
+    }
+    this.retrying.clear();
   }
 }
+
+const shuttingDown = (): ShardexError => new ShardexError('SHX_UNAVAILABLE', 'node is shutting down');
 
 export function toShardexError(err: unknown, dest: string): ShardexError {
   if (err instanceof ShardexError) return err;

@@ -7,6 +7,7 @@ import { Mutex } from './mutex.js';
 /** What the replica tells its search index after each applied batch. */
 export interface ReplicaIndex {
   apply(ops: readonly UpdateOp[]): void;
+  clear(): void;
 }
 
 export type ReplicaRole = 'leader' | 'follower';
@@ -31,6 +32,8 @@ export class ShardReplica {
   /** Newest leadership epoch seen from any leader: older ones are fenced off. */
   maxEpochSeen = 0;
   state: RecoveryState = 'active';
+  /** A recovery is running (at most one at a time). */
+  recovering = false;
   /** FROMLEADER batches that arrived while recovering, replayed once caught up. */
   buffered: UpdateOp[][] = [];
   /** Serializes version assignment with the local write at the leader. */
@@ -61,6 +64,25 @@ export class ShardReplica {
     const applied = await this.store.apply(ops);
     if (applied.length > 0) this.index?.apply(applied);
     return applied;
+  }
+
+  /** Drops everything (before a full copy from the leader). */
+  async reset(): Promise<void> {
+    await this.store.clear();
+    this.index?.clear();
+  }
+
+  /** Applies buffered FROMLEADER batches until none is left, then serves as active. */
+  async replayBuffered(): Promise<number> {
+    let n = 0;
+    while (this.buffered.length > 0) {
+      const batches = this.buffered;
+      this.buffered = [];
+      for (const ops of batches) n += (await this.apply(ops)).length;
+    }
+    // No await between the last empty check and this: nothing can slip into the buffer.
+    this.state = 'active';
+    return n;
   }
 
   becomeLeader(epoch: number): void {

@@ -10,7 +10,8 @@ import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
 import { ShardReplica } from '../distrib/replica.js';
-import { linearBackoff, type BackoffPolicy } from '../distrib/retry.js';
+import { peerSync, syncFrom, syncStart, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
+import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
 import { ReplicaStore, type CommitPoint, type StoredEntry } from '../ulog/index.js';
@@ -33,6 +34,11 @@ export interface ShardexNodeOptions {
   readonly replicaRetries?: number;
   readonly logRetention?: number;
   readonly callTimeoutMs?: number;
+}
+
+interface ShardRef {
+  readonly collection: string;
+  readonly shard: string;
 }
 
 export interface GetResult {
@@ -102,15 +108,12 @@ export class ShardexNode {
           throw new ShardexError('SHX_BAD_REQUEST', 'search is not served by this node version');
         },
         commit: (req) => this.commitLocal((req as { collection: string; shard: string }).collection, (req as { shard: string }).shard),
-        versions: async () => {
-          throw new ShardexError('SHX_BAD_REQUEST', 'peer sync is not served by this node version');
+        versions: async (req) => this.onPeerVersions(req as ShardRef & { replica?: string }),
+        updatesAfter: async (req) => {
+          const r = req as ShardRef & { after: number; limit: number };
+          return this.localReplica(r.collection, r.shard).store.updatesAfter(r.after, Math.min(r.limit, 10_000));
         },
-        updatesAfter: async () => {
-          throw new ShardexError('SHX_BAD_REQUEST', 'peer sync is not served by this node version');
-        },
-        copyShard: () => {
-          throw new ShardexError('SHX_BAD_REQUEST', 'full copy is not served by this node version');
-        },
+        copyShard: (req) => this.onPeerCopy(req as ShardRef),
       },
       this.log,
     );
@@ -153,6 +156,10 @@ export class ShardexNode {
         if (!this.replicas.has(key) && !this.opening.has(key)) await this.openReplica(c, s.name);
       }
     }
+    for (const replica of this.replicas.values()) {
+      const mine = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard)?.replicas.find((r) => r.node === this.name);
+      if (mine?.state === 'down' && replica.role !== 'leader' && !replica.recovering) void this.recover(replica);
+    }
     for (const [key, replica] of this.replicas) {
       if (wanted.has(key)) continue;
       this.replicas.delete(key);
@@ -178,9 +185,11 @@ export class ShardexNode {
       this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion }, 'replica opened');
       await this.coordinator.joinElection(collection, shard, {
         canLead: async () => this.mayLead(replica),
-        onElected: (epoch) => replica.becomeLeader(epoch),
+        onElected: (epoch) => void this.takeLeadership(replica, epoch),
         onLost: () => replica.becomeFollower(),
       });
+      // A replica that (re)starts catches up from its leader before it counts as active.
+      void this.recover(replica);
       return replica;
     })();
     this.opening.set(key, p);
@@ -191,9 +200,113 @@ export class ShardexNode {
     }
   }
 
+  private localReplica(collection: string, shard: string): ShardReplica {
+    const replica = this.replica(collection, shard);
+    if (!replica) throw new ShardexError('SHX_NOT_FOUND', `${this.name} hosts no replica of ${collection}/${shard}`);
+    return replica;
+  }
+
+  private onPeerVersions(req: ShardRef & { replica?: string }): PeerLogInfo {
+    const replica = this.localReplica(req.collection, req.shard);
+    const state = req.replica
+      ? this.coordinator.collection(req.collection)?.shards.find((s) => s.name === req.shard)?.replicas.find((r) => r.node === req.replica)?.state
+      : undefined;
+    return { maxVersion: replica.store.maxVersion, trimmedThrough: replica.store.trimmedThrough, ...(state && { replicaState: state }) };
+  }
+
+  private async *onPeerCopy(req: ShardRef): AsyncGenerator<StoredEntry[]> {
+    const replica = this.localReplica(req.collection, req.shard);
+    let chunk: StoredEntry[] = [];
+    for await (const e of replica.store.entries()) {
+      chunk.push(e);
+      if (chunk.length === 1000) {
+        yield chunk;
+        chunk = [];
+      }
+    }
+    if (chunk.length > 0) yield chunk;
+  }
+
+  private syncSource(node: string, collection: string, shard: string): SyncSource {
+    return {
+      info: () => this.peers.call<PeerLogInfo>(node, 'versions', { collection, shard, replica: this.name }),
+      updatesAfter: (after, limit) => this.peers.call<StoredEntry[]>(node, 'updatesAfter', { collection, shard, after, limit }),
+      copy: () => this.peers.streamCall<StoredEntry[]>(node, 'copyShard', { collection, shard }),
+    };
+  }
+
+  /**
+   * A new leader first pulls from every other live replica what they have beyond its own
+   * state (Solr's SyncStrategy), then accepts writes. Unreachable peers count as synced.
+   */
+  private async takeLeadership(replica: ShardReplica, epoch: number): Promise<void> {
+    replica.maxEpochSeen = Math.max(replica.maxEpochSeen, epoch);
+    const shard = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard);
+    const peers = (shard?.replicas ?? []).filter((r) => r.node !== this.name && r.state === 'active' && this.coordinator.isLive(r.node));
+    await Promise.all(
+      peers.map(async (p) => {
+        try {
+          const from = syncStart(replica.store.maxVersion);
+          const n = await peerSync(replica, this.syncSource(p.node, replica.collection, replica.shard), from);
+          if (n > 0) this.log.info({ replica: replica.key, from: p.node, applied: n }, 'new leader synced updates from a replica');
+        } catch (err) {
+          this.log.warn({ replica: replica.key, peer: p.node, err: (err as Error).message }, 'new leader could not sync from a replica');
+        }
+      }),
+    );
+    if (this.coordinator.leader(replica.collection, replica.shard)?.epoch !== epoch) return;
+    replica.state = 'active';
+    replica.buffered = [];
+    replica.becomeLeader(epoch);
+    await this.coordinator.setReplicaState(replica.collection, replica.shard, this.name, 'active').catch(() => undefined);
+  }
+
+  /**
+   * Recovery (Solr's RecoveryStrategy): publish `recovering`, buffer FROMLEADER updates,
+   * wait until the leader sees us recovering (so that it sends us every later update),
+   * sync from it, replay the buffer, then publish `active` with the leader's term.
+   */
+  async recover(replica: ShardReplica): Promise<void> {
+    if (replica.recovering || this.stopped) return;
+    replica.recovering = true;
+    const { collection, shard } = replica;
+    try {
+      for (let attempt = 1; !this.stopped && this.replicas.get(replica.key) === replica; attempt++) {
+        const leader = this.coordinator.leader(collection, shard);
+        if (leader?.node === this.name || replica.role === 'leader') return;
+        if (!leader) {
+          await this.waitFor(() => this.stopped || this.coordinator.leader(collection, shard) !== undefined, 60_000).catch(() => undefined);
+          continue;
+        }
+        try {
+          if (replica.state !== 'recovering') {
+            replica.buffered = [];
+            replica.state = 'recovering';
+          }
+          await this.coordinator.setReplicaState(collection, shard, this.name, 'recovering');
+          const source = this.syncSource(leader.node, collection, shard);
+          const info = await source.info();
+          if (info.replicaState === 'down') throw new ShardexError('SHX_RECOVERING', `leader ${leader.node} does not see ${this.name} recovering yet`);
+          const report = await syncFrom(replica, source, info);
+          const replayed = await replica.replayBuffered();
+          await this.coordinator.catchUpTerm(collection, shard, this.name);
+          await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
+          this.log.info({ replica: replica.key, leader: leader.node, ...report, replayed }, 'replica recovered');
+          return;
+        } catch (err) {
+          this.log.warn({ replica: replica.key, attempt, err: (err as Error).message }, 'recovery attempt failed; retrying');
+          await sleep(Math.min(100 * attempt, 2000));
+        }
+      }
+    } finally {
+      replica.recovering = false;
+    }
+  }
+
   /** A replica whose term is behind the shard's highest missed acknowledged updates: it may not lead. */
   private async mayLead(replica: ShardReplica): Promise<boolean> {
     if (this.stopped) return false;
+    if (replica.recovering && replica.state === 'recovering') return false;
     const terms = await this.coordinator.terms(replica.collection, replica.shard);
     const top = Math.max(0, ...Object.values(terms));
     return (terms[this.name] ?? 0) >= top;

@@ -28,6 +28,7 @@ export interface ReplicaStoreOptions {
 const LOG = 'l';
 const DOC = 'd';
 const COMMIT = 'm:commit';
+const TRIMMED = 'm:trimmed';
 const VERSION_WIDTH = 16;
 
 export const logKey = (version: number): string => LOG + String(version).padStart(VERSION_WIDTH, '0');
@@ -52,6 +53,7 @@ export class ReplicaStore {
   private maxVersionSeen = 0;
   private writeChain: Promise<unknown> = Promise.resolve();
   private commitPoint: CommitPoint | undefined;
+  private trimmed = 0;
 
   private constructor(db: Level<string, string>, retention: number) {
     this.db = db;
@@ -80,6 +82,8 @@ export class ReplicaStore {
       const v = Number(key.slice(1));
       if (v > this.maxVersionSeen) this.maxVersionSeen = v;
     }
+    const t = await this.db.get(TRIMMED);
+    if (t !== undefined) this.trimmed = Number(t);
     const c = await this.db.get(COMMIT);
     if (c !== undefined) this.commitPoint = JSON.parse(c) as CommitPoint;
   }
@@ -172,6 +176,11 @@ export class ReplicaStore {
     return out;
   }
 
+  /** Highest version trimmed from the log (0 = the log reaches back to the first update). */
+  get trimmedThrough(): number {
+    return this.trimmed;
+  }
+
   /** Oldest version still in the log, or undefined when the log is empty. */
   async oldestLogVersion(): Promise<number | undefined> {
     for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', limit: 1 })) return Number(key.slice(1));
@@ -205,6 +214,8 @@ export class ReplicaStore {
     }
     if (cutoff === undefined) return;
     await this.db.clear({ gte: LOG, lte: cutoff });
+    this.trimmed = Number(cutoff.slice(1));
+    await this.db.put(TRIMMED, String(this.trimmed));
     this.logCount -= i;
   }
 
@@ -218,6 +229,7 @@ export class ReplicaStore {
     this.logCount = 0;
     this.maxVersionSeen = 0;
     this.commitPoint = undefined;
+    this.trimmed = 0;
   }
 
   async close(): Promise<void> {
