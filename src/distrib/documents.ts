@@ -10,7 +10,7 @@ export const MAX_ID_BYTES = 512;
 /** Why `id` cannot be a document id, or undefined when it can. */
 export function idProblem(id: unknown): string | undefined {
   if (id === undefined || id === null) return 'has no "id"';
-  if (typeof id !== 'string') return `has an "id" that is a ${Array.isArray(id) ? 'array' : typeof id}, not a string`;
+  if (typeof id !== 'string') return `has an "id" that is ${Array.isArray(id) ? 'an array' : typeof id === 'object' ? 'an object' : `a ${typeof id}`}, not a string`;
   if (id.length === 0) return 'has an empty "id"';
   const lone = loneSurrogateIndex(id);
   if (lone >= 0) return `has an "id" with a lone UTF-16 surrogate at index ${lone}`;

@@ -209,7 +209,8 @@ export class UpdateProcessor {
       if (typeof op.v !== 'number') throw new ShardexError('SHX_BAD_REQUEST', `update for '${op.id}' from ${update.from} has no version`);
       ops.push({ id: op.id, version: op.v, doc: op.doc });
     }
-    if (replica.state === 'recovering') {
+    // Buffer only while a recovery is running: it replays the buffer when it is done.
+    if (replica.state === 'recovering' && replica.recovering) {
       replica.buffered.push(ops);
       return { rf: 1, applied: 0 };
     }

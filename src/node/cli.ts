@@ -109,7 +109,8 @@ program
   .option('--name <name>', 'node name (default: host_port)')
   .option('--host <host>', 'address to bind and advertise', '127.0.0.1')
   .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
-  .action(async (o: { zk: string; port: number; grpcPort?: number; data: string; name?: string; host: string; zkTimeout: number }) => {
+  .option('--log-retention <n>', 'update-log entries kept per shard for peer sync', intArg('--log-retention', 100, 100_000_000), 100_000)
+  .action(async (o: { zk: string; port: number; grpcPort?: number; data: string; name?: string; host: string; zkTimeout: number; logRetention: number }) => {
     await runNode(o);
   });
 

@@ -13,6 +13,7 @@ export interface RunNodeOptions {
   readonly name?: string;
   readonly host: string;
   readonly zkTimeout: number;
+  readonly logRetention?: number;
 }
 
 export async function runNode(o: RunNodeOptions): Promise<ShardexNode> {
@@ -30,6 +31,7 @@ export async function runNode(o: RunNodeOptions): Promise<ShardexNode> {
     dataDir: resolve(o.data),
     coordinator,
     logger,
+    ...(o.logRetention !== undefined && { logRetention: o.logRetention }),
   });
   const stop = async (signal: string): Promise<void> => {
     logger.info({ signal }, 'stopping');

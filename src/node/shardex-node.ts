@@ -63,6 +63,7 @@ export class ShardexNode {
   private syncing: Promise<void> = Promise.resolve();
   private stopped = false;
   private readonly forwarded: Counter<'phase'>;
+  private readonly recoveries: Counter<'method'>;
   httpUrl = '';
   grpcAddress = '';
 
@@ -76,6 +77,12 @@ export class ShardexNode {
       name: 'shardex_updates_forwarded_total',
       help: 'Update ops this node sent on to another node, by phase',
       labelNames: ['phase'],
+      registers: [this.metrics],
+    });
+    this.recoveries = new Counter({
+      name: 'shardex_recoveries_total',
+      help: 'Replica recoveries completed on this node, by method (peer-sync or full-copy)',
+      labelNames: ['method'],
       registers: [this.metrics],
     });
     this.peers = new PeerClients({
@@ -291,6 +298,7 @@ export class ShardexNode {
           const replayed = await replica.replayBuffered();
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
+          this.recoveries.inc({ method: report.method });
           this.log.info({ replica: replica.key, leader: leader.node, ...report, replayed }, 'replica recovered');
           return;
         } catch (err) {
@@ -300,6 +308,8 @@ export class ShardexNode {
       }
     } finally {
       replica.recovering = false;
+      // Left without finishing (we lead now, or are stopping): nothing may stay buffered.
+      if (replica.state === 'recovering' && !this.stopped) await replica.replayBuffered().catch(() => undefined);
     }
   }
 

@@ -4,8 +4,8 @@ import type { CollectionState, Coordinator } from '../../coordination/index.js';
 
 /** The cluster as GET /api/cluster shows it. */
 export function clusterView(coord: Coordinator): unknown {
-  const collections: Record<string, unknown> = {};
-  for (const [name, state] of coord.collections()) collections[name] = collectionView(coord, state);
+  // fromEntries defines own properties: a collection named "__proto__" is listed, not assigned as a prototype.
+  const collections = Object.fromEntries([...coord.collections()].map(([name, state]) => [name, collectionView(coord, state)]));
   return {
     nodes: coord.liveNodes().map((n) => ({ name: n.name, http: n.http, grpc: n.grpc, role: n.role, ...(n.group && { group: n.group }) })),
     collections,

@@ -21,6 +21,32 @@ declare module 'fastify' {
   }
 }
 
+const SJSON = { protoAction: 'error', constructorAction: 'error' } as const;
+// secure-json-parse's message for both "__proto__" and "constructor": {"prototype": ...}.
+const FORBIDDEN_KEY = 'Object contains forbidden prototype property';
+
+/**
+ * Parses one JSON text. A "__proto__" or "constructor.prototype" key is refused (never
+ * stripped or applied), and said so: the text is valid JSON, it is the key that is refused.
+ */
+function parseJsonText(text: string, what: string, code: 'SHX_BAD_REQUEST' | 'SHX_BAD_DOCUMENT', details?: Record<string, unknown>): unknown {
+  try {
+    return sjson.parse(text, undefined, SJSON);
+  } catch (err) {
+    const message = (err as Error).message;
+    if (message === FORBIDDEN_KEY) {
+      throw new ShardexError(code, `${what} has a "__proto__" or "constructor.prototype" key, which is refused (it could change object prototypes); rename the field; nothing was written`, details && { details });
+    }
+    throw new ShardexError(code, `${what} is not valid JSON (${message}); nothing was written`, details && { details });
+  }
+}
+
+/** Parses a JSON body (replaces fastify's parser, so that every message is ours). */
+export function parseJsonBody(text: string): unknown {
+  if (text.trim().length === 0) throw new ShardexError('SHX_BAD_REQUEST', 'body is empty; send a JSON array of documents');
+  return parseJsonText(text, 'body', 'SHX_BAD_REQUEST');
+}
+
 /** Parses NDJSON: one JSON value per non-empty line; names the bad line. */
 export function parseNdjson(text: string): unknown[] {
   const out: unknown[] = [];
@@ -33,13 +59,7 @@ export function parseNdjson(text: string): unknown[] {
     const raw = text.slice(start, end).trim();
     start = end + 1;
     if (raw.length === 0) continue;
-    try {
-      out.push(sjson.parse(raw, undefined, { protoAction: 'error', constructorAction: 'error' }));
-    } catch (err) {
-      throw new ShardexError('SHX_BAD_DOCUMENT', `line ${line} is not valid JSON (${(err as Error).message}); nothing was written`, {
-        details: { line },
-      });
-    }
+    out.push(parseJsonText(raw, `line ${line}`, 'SHX_BAD_DOCUMENT', { line }));
   }
   return out;
 }
@@ -69,10 +89,22 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
     loggerInstance: opts.logger.child({ component: 'http' }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit,
+    // Ids up to 512 UTF-8 bytes travel percent-encoded in paths (up to 12 characters per
+    // code point): let every id reach the handler, which names what is wrong with it.
+    maxParamLength: 16 * 1024,
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
   });
   app.decorate('shardex', node);
+  // Only JSON and NDJSON bodies: anything else (text/plain included) is 415, not a string.
+  app.removeContentTypeParser(['application/json', 'text/plain']);
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    try {
+      done(null, parseJsonBody(body as string));
+    } catch (err) {
+      done(err as Error, undefined);
+    }
+  });
   app.addContentTypeParser(['application/x-ndjson', 'application/ndjson'], { parseAs: 'string' }, (_req, body, done) => {
     try {
       done(null, parseNdjson(body as string));

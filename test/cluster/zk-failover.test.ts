@@ -1,0 +1,141 @@
+// Issue 3: separate `shardex node` processes on a real ZooKeeper. Killing any node, leader or
+// not, loses no acknowledged write; restarts recover by peer sync or full copy; a leader
+// whose session expired accepts no write as leader.
+import { setTimeout as sleep } from 'node:timers/promises';
+import pLimit from 'p-limit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { clusterView, http, type ClusterView } from '../support/cluster.js';
+import { NodeProcesses } from '../support/processes.js';
+import { SteadyWriter } from '../support/writer.js';
+import { zkConnect } from '../support/zookeeper.js';
+
+const ZK_TIMEOUT_MS = 4000;
+const NAMES = ['n1', 'n2', 'n3'];
+
+async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + ms;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    await sleep(100);
+  }
+  throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+}
+
+function liveUrls(procs: NodeProcesses): string[] {
+  return [...procs.nodes.values()].filter((n) => n.child).map((n) => n.http);
+}
+
+/** The view once every shard has a live leader and every replica is active. */
+function settled(view: ClusterView, collection: string): boolean {
+  const live = new Set(view.nodes.map((n) => n.name));
+  return Object.values(view.collections[collection]?.shards ?? {}).every(
+    (s) => s.leader !== null && live.has(s.leader) && s.replicas.every((r) => r.state === 'active'),
+  );
+}
+
+async function waitSettled(procs: NodeProcesses, collection: string, ms = 60_000): Promise<ClusterView> {
+  return until(`cluster ${collection} to settle`, ms, async () => {
+    const v = await clusterView(liveUrls(procs)[0]!);
+    return v.nodes.length === liveUrls(procs).length && settled(v, collection) ? v : undefined;
+  });
+}
+
+/** For every acked id: present on every replica with the acked version or a newer one. */
+async function verifyAcked(procs: NodeProcesses, collection: string, acked: Map<string, number>): Promise<string[]> {
+  const limit = pLimit(16);
+  const problems: string[] = [];
+  const nodes = [...procs.nodes.values()];
+  await Promise.all(
+    [...acked].map(([id, version]) =>
+      limit(async () => {
+        for (const n of nodes) {
+          const res = await http('GET', `${n.http}/api/collections/${collection}/docs/${encodeURIComponent(id)}?distrib=false`);
+          if (res.status !== 200) problems.push(`${id} missing on ${n.name} (${res.status})`);
+          else if (res.body._version_ < version) problems.push(`${id} on ${n.name} has version ${res.body._version_} < acked ${version}`);
+        }
+      }),
+    ),
+  );
+  return problems;
+}
+
+describe('a 3-process cluster on ZooKeeper (2 shards x 3 replicas)', () => {
+  let procs: NodeProcesses;
+  const C = 'failover';
+
+  beforeAll(async () => {
+    procs = new NodeProcesses(zkConnect('failover'), { zkTimeoutMs: ZK_TIMEOUT_MS, env: { SHARDEX_LOG_LEVEL: 'info' } });
+    for (const n of NAMES) await procs.start(n);
+    const res = await http('POST', `${procs.nodes.get('n1')!.http}/api/collections`, { name: C, numShards: 2, replicationFactor: 3 });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    await waitSettled(procs, C);
+  });
+
+  afterAll(async () => {
+    await procs?.stopAll();
+  });
+
+  it('loses no acknowledged write over 5 rounds of kill -9 (leaders and non-leaders) and restart', async () => {
+    const writer = new SteadyWriter(C, () => liveUrls(procs), { batch: 20, pauseMs: 10, prefix: 'w-' });
+    writer.start();
+    const failoverMs: number[] = [];
+    try {
+      await until('first writes', 30_000, async () => (writer.acked.size > 200 ? true : undefined));
+      const plan: Array<'leader:shard1' | 'leader:shard2' | 'follower'> = ['leader:shard1', 'follower', 'leader:shard2', 'leader:shard1', 'follower'];
+      for (const [round, kind] of plan.entries()) {
+        const view = await waitSettled(procs, C);
+        const shards = view.collections[C]!.shards;
+        const leaders = new Set(Object.values(shards).map((s) => s.leader!));
+        const victim =
+          kind === 'follower'
+            ? NAMES.find((n) => !leaders.has(n)) ?? NAMES.find((n) => n !== shards.shard1!.leader)!
+            : shards[kind.slice('leader:'.length)]!.leader!;
+        const ackedBefore = writer.ackTimes.length;
+        const killedAt = Date.now();
+        await procs.kill(victim);
+        // Writes go on through the survivors; wait for a new leader of every shard the victim led.
+        await until(`new leaders after killing ${victim}`, 60_000, async () => {
+          const v = await clusterView(liveUrls(procs)[0]!);
+          return Object.values(v.collections[C]!.shards).every((s) => s.leader !== null && s.leader !== victim) ? true : undefined;
+        });
+        await until('a write accepted after the kill', 60_000, async () => (writer.ackTimes.length > ackedBefore + 5 ? true : undefined));
+        const firstAfter = writer.ackTimes.slice(ackedBefore).find((t) => t > killedAt) ?? Date.now();
+        failoverMs.push(firstAfter - killedAt);
+        await procs.start(victim);
+        await waitSettled(procs, C);
+        process.stderr.write(`round ${round + 1}: killed ${victim} (${kind}); first write accepted ${firstAfter - killedAt} ms after the kill\n`);
+      }
+    } finally {
+      await writer.stop();
+    }
+    process.stderr.write(`failover (kill -9 -> first accepted write), ZooKeeper session timeout ${ZK_TIMEOUT_MS} ms: ${failoverMs.join(', ')} ms\n`);
+    expect(writer.unexpected).toEqual([]);
+    await waitSettled(procs, C);
+    expect(await verifyAcked(procs, C, writer.acked)).toEqual([]);
+    expect(writer.acked.size).toBeGreaterThan(1000);
+  });
+
+  it('keeps every acknowledged document across a full restart of all nodes', async () => {
+    const writer = new SteadyWriter(C, () => liveUrls(procs), { batch: 50, pauseMs: 0, prefix: 'r-' });
+    writer.start();
+    try {
+      await until('2,000 acknowledged writes', 90_000, async () => (writer.acked.size >= 2000 ? true : undefined));
+    } catch (err) {
+      procs.dumpLogs(`acked ${writer.acked.size}; retryable failures ${writer.retryable.length}; unexpected ${JSON.stringify(writer.unexpected.slice(-3))}`);
+      throw err;
+    }
+    await writer.stop();
+    for (const n of NAMES) await procs.stop(n);
+    for (const n of NAMES) await procs.start(n);
+    await waitSettled(procs, C);
+    const problems = await verifyAcked(procs, C, writer.acked);
+    if (problems.length > 0) procs.dumpLogs(`${problems.length} acknowledged documents missing or stale`);
+    expect(problems.slice(0, 20)).toEqual([]);
+  });
+});
