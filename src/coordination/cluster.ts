@@ -57,6 +57,7 @@ export class ClusterCoordinator implements Coordinator {
   private readonly listeners = new Set<() => void>();
   private readonly elections = new Map<string, Election>();
   private connected = true;
+  private sessionLost = false;
   private disconnectedAt = 0;
   private closed = false;
   private unsubscribeSession: (() => void) | undefined;
@@ -105,20 +106,28 @@ export class ClusterCoordinator implements Coordinator {
       this.connected = false;
     } else if (state === 'expired') {
       this.connected = false;
+      this.sessionLost = true;
       // Every ephemeral of the old session is gone: no leadership survives.
       for (const e of this.elections.values()) this.loseElection(e);
     } else {
-      const wasExpired = !this.connected && [...this.elections.values()].some((e) => e.path === undefined);
+      const expired = this.sessionLost;
+      this.sessionLost = false;
       this.connected = true;
-      void this.afterReconnect(wasExpired);
+      if (expired) void this.afterReconnect();
     }
   }
 
-  private async afterReconnect(rejoin: boolean): Promise<void> {
+  /** After a session expiry: register again, re-read and re-watch everything, rejoin elections. */
+  private async afterReconnect(): Promise<void> {
     try {
-      if (!(await this.store.exists(`/live_nodes/${this.selfInfo?.name}`))) await this.registerLive();
-      if (rejoin) for (const e of this.elections.values()) if (!e.closed && e.path === undefined) await this.enterQueue(e);
+      if (this.selfInfo && !(await this.store.exists(`/live_nodes/${this.selfInfo.name}`))) await this.registerLive();
+      // A new session has none of the old one's watches: read everything again and re-arm.
       await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
+      for (const c of [...this.watchedCollections]) {
+        await this.watchState(c);
+        for (const s of this.states.get(c)?.shards ?? []) await this.watchLeader(c, s.name);
+      }
+      for (const e of this.elections.values()) if (!e.closed && e.path === undefined) await this.enterQueue(e);
     } catch (err) {
       this.log.error({ err }, 'could not re-register after reconnect');
     }

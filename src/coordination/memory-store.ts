@@ -55,6 +55,19 @@ export function assertValidPath(path: string): void {
   }
 }
 
+/**
+ * The most data a znode may hold here: ZooKeeper refuses a request over its jute.maxbuffer
+ * (0xfffff bytes by default, path and headers included), so the stores stop short of it.
+ */
+export const MAX_DATA_BYTES = 1_000_000;
+
+/** Throws a RangeError when `data` is too large for a znode (ZooKeeper refuses it). */
+export function assertValidData(data: Buffer, path: string): void {
+  if (data.length > MAX_DATA_BYTES) {
+    throw new RangeError(`znode data for ${path} is ${data.length} bytes; ZooKeeper takes at most ${MAX_DATA_BYTES}`);
+  }
+}
+
 /** Formats a ZooKeeper sequence number: %010d of a signed 32-bit counter. */
 export function sequenceSuffix(counter: number): string {
   return counter < 0 ? `-${String(-counter).padStart(9, '0')}` : String(counter).padStart(10, '0');
@@ -258,6 +271,7 @@ class MemoryZNodeStore implements ZNodeStore {
 
   async create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
     const session = this.live(path);
+    assertValidData(data, path);
     return this.relative(this.link.tree.create(this.absolute(path), data, mode, session));
   }
 
@@ -273,6 +287,7 @@ class MemoryZNodeStore implements ZNodeStore {
 
   async set(path: string, data: Buffer, version?: number): Promise<number> {
     this.live(path);
+    assertValidData(data, path);
     return this.link.tree.set(this.absolute(path), data, version);
   }
 

@@ -180,6 +180,8 @@ const shuttingDown = (): ShardexError => new ShardexError('SHX_UNAVAILABLE', 'no
 
 export function toShardexError(err: unknown, dest: string): ShardexError {
   if (err instanceof ShardexError) return err;
-  const message = err instanceof Error ? err.message : String(err);
+  // A gRPC status object is not an Error: its text is in `details`.
+  const details = (err as { details?: unknown } | null)?.details;
+  const message = err instanceof Error ? err.message : typeof details === 'string' ? details : String(err);
   return new ShardexError(isTransient(err) ? 'SHX_UNAVAILABLE' : 'SHX_INTERNAL', `request to ${dest} failed: ${message}`, { cause: err });
 }

@@ -151,7 +151,11 @@ export class UpdateProcessor {
   private async fanOut(replica: ShardReplica, ops: readonly UpdateOp[], minRf: number): Promise<number> {
     const state = this.collection(replica.collection);
     const shard = state.shards.find((s) => s.name === replica.shard);
-    const targets = (shard?.replicas ?? []).filter((r) => r.node !== this.o.self && r.state !== 'down');
+    const others = (shard?.replicas ?? []).filter((r) => r.node !== this.o.self && r.state !== 'down');
+    // A replica whose node is gone will miss this update: mark it down now, without retries.
+    const gone = others.filter((r) => !this.o.coordinator.isLive(r.node)).map((r) => r.node);
+    const targets = others.filter((r) => this.o.coordinator.isLive(r.node));
+    if (gone.length > 0) await this.markBehind(replica, targets.map((t) => t.node), gone);
     if (targets.length === 0) return 0;
     const wire: WireOp[] = ops.map((op) => ({ id: op.id, v: op.version, doc: op.doc }));
     const update: ShardUpdate = {

@@ -1,6 +1,360 @@
-// Client subcommands of `shardex` (import, export, get, search, delete, commit, cluster).
-import type { Command } from 'commander';
+// Client subcommands of `shardex`: import, export, get, search, delete, commit, cluster. Each
+// talks to a running cluster through the smart client, connecting with --url (any node) or
+// --zk (ZooKeeper). Results go to stdout, progress and problems to stderr.
+// Exit codes (set here, or by cli.ts for thrown errors and usage): 0 ok, 1 failures, 2 usage.
+import { once } from 'node:events';
+import { createReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
+import { InvalidArgumentError, type Command } from 'commander';
+import sjson from 'secure-json-parse';
+import { ShardexClient, type ClusterSnapshot, type ReadOptions, type WriteBatch } from '../client/index.js';
+import { isShardexError } from '../errors.js';
+
+const DEFAULT_URL = 'http://127.0.0.1:8983';
+/** Bad lines reported one by one; past this many only the count grows. */
+const MAX_REPORTED_LINES = 1000;
+
+interface ConnectOptions {
+  url: string;
+  zk?: string;
+  timeout?: number;
+}
+
+const out = (text: string): boolean => process.stdout.write(text + '\n');
+const err = (text: string): boolean => process.stderr.write(text + '\n');
+
+function intArg(name: string, min: number) {
+  return (v: string): number => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${name} must be an integer >= ${min}`);
+    return n;
+  };
+}
+
+function consistencyArg(v: string): 'immediate' | 'eventual' {
+  if (v !== 'immediate' && v !== 'eventual') throw new InvalidArgumentError('must be "immediate" or "eventual"');
+  return v;
+}
+
+/** Adds --url / --zk / --timeout to a subcommand. */
+function connected(cmd: Command): Command {
+  return cmd
+    .option('--url <url>', 'a node of the cluster (comma-separated for several)', DEFAULT_URL)
+    .option('--zk <connect>', 'ZooKeeper connect string host:port[,host:port]/chroot (instead of --url)')
+    .option('--timeout <ms>', 'timeout of one HTTP request', intArg('--timeout', 1));
+}
+
+function makeClient(cmd: Command, o: ConnectOptions): ShardexClient {
+  if (o.zk !== undefined && cmd.getOptionValueSource('url') === 'cli') {
+    cmd.error('error: give either --url or --zk, not both', { exitCode: 2, code: 'shardex.usage' });
+  }
+  const common = { refreshIntervalMs: 0, ...(o.timeout !== undefined && { requestTimeoutMs: o.timeout }) };
+  return o.zk !== undefined ? new ShardexClient({ zk: o.zk, ...common }) : new ShardexClient({ urls: o.url, ...common });
+}
+
+/** Runs `fn` with a client and closes the client afterwards, whatever happens. */
+async function withClient(cmd: Command, o: ConnectOptions, fn: (client: ShardexClient) => Promise<void>): Promise<void> {
+  const client = makeClient(cmd, o);
+  try {
+    await fn(client);
+  } finally {
+    await client.close();
+  }
+}
+
+function readOptions(o: { consistency?: 'immediate' | 'eventual'; scanType?: string; minVersion?: number; priority?: string }): ReadOptions {
+  return {
+    ...(o.consistency && { consistency: o.consistency }),
+    ...(o.scanType !== undefined && { scanType: o.scanType }),
+    ...(o.minVersion !== undefined && { minVersion: o.minVersion }),
+    ...(o.priority !== undefined && { priority: o.priority }),
+  };
+}
+
+function readable(cmd: Command): Command {
+  return cmd
+    .option('--consistency <level>', 'immediate (shard leader) or eventual (snapshot reader)', consistencyArg)
+    .option('--scan-type <type>', 'scan type, picking a reader selector profile')
+    .option('--min-version <v>', 'the answer must reflect at least this version', intArg('--min-version', 0))
+    .option('--priority <p>', 'read-balancer priority');
+}
+
+// ---- import -------------------------------------------------------------------------------
+
+const num = (n: number): string => Math.round(n).toLocaleString('en-US');
+
+function duration(ms: number): string {
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
+  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+}
+
+/** Line numbers as "3, 7, 12" (at most 10, then "and N more"). */
+function lineList(lines: readonly number[]): string {
+  const shown = lines.slice(0, 10).join(', ');
+  return lines.length > 10 ? `${shown} and ${lines.length - 10} more` : shown;
+}
+
+interface ImportOptions extends ConnectOptions {
+  batchSize: number;
+  concurrency: number;
+  minRf?: number;
+  progressInterval: number;
+}
+
+async function importFile(client: ShardexClient, collection: string, file: string, o: ImportOptions): Promise<void> {
+  const input: Readable = file === '-' ? process.stdin : createReadStream(file);
+  const totalBytes = file === '-' ? undefined : (await stat(file)).size;
+  const job = client.writeBatcher({ collection, batchSize: o.batchSize, concurrency: o.concurrency, ...(o.minRf !== undefined && { minRf: o.minRf }) });
+  const lineOf = new WeakMap<object, number>();
+  let badLines = 0;
+  let failedDocs = 0;
+  let bytesRead = 0;
+  let lineNo = 0;
+  const started = Date.now();
+  const problem = (text: string): void => {
+    if (badLines + failedDocs <= MAX_REPORTED_LINES) err(text);
+  };
+  job.onBatchFailure((e: { batch: WriteBatch; error: unknown }) => {
+    failedDocs += e.batch.docs.length;
+    const lines = e.batch.docs.map((d) => lineOf.get(d)).filter((n): n is number => n !== undefined);
+    problem(`lines ${lineList(lines)}: not written: ${(e.error as Error)?.message ?? String(e.error)}`);
+  });
+
+  const progressLine = (final: boolean): string => {
+    const p = job.progress;
+    const elapsed = Date.now() - started;
+    const rate = elapsed > 0 ? (p.written * 1000) / elapsed : 0;
+    const parts = [`${final ? 'done: ' : ''}${num(p.written)} docs written`, `${num(rate)} docs/s`];
+    if (totalBytes !== undefined && totalBytes > 0 && bytesRead > 0 && !final) {
+      // Lines in the file, estimated from those read so far; done = written, bad or failed.
+      const lines = Math.max(lineNo, (lineNo * totalBytes) / bytesRead);
+      const fraction = Math.min(1, (p.written + badLines + failedDocs) / lines);
+      parts.push(`${Math.floor(fraction * 100)}%`);
+      if (fraction > 0 && elapsed > 0) parts.push(`ETA ${duration((elapsed * (1 - fraction)) / fraction)}`);
+    }
+    parts.push(`${num(badLines)} bad line(s)`, `${num(failedDocs)} failed`);
+    if (final) parts.push(`in ${duration(elapsed)}`);
+    return parts.join(' | ');
+  };
+  const tty = process.stderr.isTTY === true;
+  const ticker = setInterval(() => {
+    if (tty) process.stderr.write(`\r${progressLine(false)}\x1b[K`);
+    else err(progressLine(false));
+  }, o.progressInterval);
+
+  let stopped: unknown;
+  try {
+    const lines = createInterface({ input, crlfDelay: Infinity });
+    for await (const line of lines) {
+      lineNo++;
+      bytesRead += Buffer.byteLength(line) + 1;
+      if (line.trim().length === 0) continue;
+      let doc: unknown;
+      try {
+        doc = sjson.parse(line, undefined, { protoAction: 'error', constructorAction: 'error' });
+      } catch (e) {
+        badLines++;
+        problem(`line ${lineNo}: not valid JSON (${(e as Error).message})`);
+        continue;
+      }
+      if (typeof doc === 'object' && doc !== null) lineOf.set(doc, lineNo);
+      try {
+        await job.add(doc);
+      } catch (e) {
+        if (!(isShardexError(e) && e.code === 'SHX_BAD_DOCUMENT')) {
+          stopped = e;
+          break;
+        }
+        badLines++;
+        problem(`line ${lineNo}: ${e.message}`);
+      }
+    }
+    input.destroy();
+    await job.awaitCompletion().catch((e: unknown) => {
+      stopped ??= e;
+    });
+  } finally {
+    clearInterval(ticker);
+    if (tty) process.stderr.write('\r\x1b[K');
+  }
+  if (badLines + failedDocs > MAX_REPORTED_LINES) err(`... ${num(badLines + failedDocs - MAX_REPORTED_LINES)} more problem(s) not listed`);
+  err(progressLine(true));
+  if (stopped !== undefined) {
+    const p = job.report();
+    err(`import stopped: ${(stopped as Error)?.message ?? String(stopped)}`);
+    err(`${num(p.written)} written, ${num(p.failed)} failed, ${num(p.notSent)} not sent; the file was read up to line ${lineNo}`);
+  }
+  if (stopped !== undefined || badLines > 0 || failedDocs > 0) process.exitCode = 1;
+}
+
+// ---- export -------------------------------------------------------------------------------
+
+async function exportCollection(client: ShardexClient, collection: string, o: { query: string; fields?: string; batchSize: number }): Promise<void> {
+  const job = client.queryBatcher(collection, o.query, { batchSize: o.batchSize, ...(o.fields && { fields: o.fields.split(',').map((f) => f.trim()).filter(Boolean) }) });
+  let broken = false;
+  process.stdout.on('error', () => {
+    // The reader went away (e.g. `| head`): stop quietly.
+    broken = true;
+    job.stop();
+  });
+  job.onBatch(async (b) => {
+    if (broken) return;
+    const chunk = b.docs.map((d) => JSON.stringify(d)).join('\n') + '\n';
+    if (!process.stdout.write(chunk)) await once(process.stdout, 'drain');
+  });
+  const report = await job.awaitCompletion();
+  if (broken) return;
+  for (const f of report.shardsFailed) err(`${f.shard}: export ended after id ${JSON.stringify(f.after ?? null)}: ${(f.error as Error)?.message ?? String(f.error)}`);
+  err(`exported ${num(report.ids)} document(s) from ${report.shardsDone.length} shard(s)`);
+  if (report.shardsFailed.length > 0 || report.listenerFailures > 0) process.exitCode = 1;
+}
+
+// ---- cluster ------------------------------------------------------------------------------
+
+/** The cluster as a person reads it: nodes, readers, and per collection its shards. */
+export function clusterSummary(s: ClusterSnapshot, source: string): string[] {
+  const lines: string[] = [];
+  const data = s.nodes.filter((n) => n.role === 'data');
+  const readers = s.nodes.filter((n) => n.role === 'reader');
+  lines.push(`cluster at ${source}: ${data.length} live data node(s), ${readers.length} reader(s)`);
+  const width = Math.max(4, ...s.nodes.map((n) => n.name.length));
+  for (const n of data) lines.push(`  ${n.name.padEnd(width)}  ${n.http}`);
+  if (readers.length === 0) lines.push('readers: none');
+  else {
+    const groups = new Map<string, string[]>();
+    for (const r of readers) {
+      const g = r.group ?? 'default';
+      groups.set(g, [...(groups.get(g) ?? []), `${r.name} (${r.http})`]);
+    }
+    lines.push('readers:');
+    for (const [g, members] of groups) lines.push(`  group ${g}: ${members.join(', ')}`);
+  }
+  if (s.collections.size === 0) lines.push('collections: none');
+  for (const c of s.collections.values()) {
+    lines.push(`collection ${c.name}: router ${c.router}, ${c.numShards} shard(s) x ${c.replicationFactor} replica(s)`);
+    const rw = Math.max(...c.shards.map((sh) => sh.range.length));
+    const sw = Math.max(...c.shards.map((sh) => sh.name.length));
+    for (const sh of c.shards) {
+      const replicas = sh.replicas.map((r) => `${r.node} (${r.state})`).join(', ');
+      lines.push(`  ${sh.name.padEnd(sw)}  ${sh.range.padEnd(rw)}  leader ${(sh.leader ?? 'NONE').padEnd(width)}  replicas ${replicas || 'none'}`);
+    }
+  }
+  return lines;
+}
+
+// ---- registration -------------------------------------------------------------------------
 
 export function registerClientCommands(program: Command): void {
-  void program;
+  connected(
+    program
+      .command('import')
+      .description('load an NDJSON file (or - for stdin) into a collection, showing progress on stderr')
+      .argument('<collection>', 'collection name')
+      .argument('<file>', 'NDJSON file, one document per line; - reads stdin')
+      .option('--batch-size <n>', 'documents per batch', intArg('--batch-size', 1), 500)
+      .option('--concurrency <n>', 'batches in flight', intArg('--concurrency', 1), 4)
+      .option('--min-rf <n>', 'minimum replication factor to ask for', intArg('--min-rf', 1))
+      .option('--progress-interval <ms>', 'how often to print progress', intArg('--progress-interval', 10), 1000),
+  ).action(async function (this: Command, collection: string, file: string, o: ImportOptions) {
+    await withClient(this, o, (client) => importFile(client, collection, file, o));
+  });
+
+  connected(
+    program
+      .command('export')
+      .description('write every matching document of a collection as NDJSON to stdout')
+      .argument('<collection>', 'collection name')
+      .option('--query <q>', 'query selecting the documents', '*')
+      .option('--fields <list>', 'comma-separated fields to return')
+      .option('--batch-size <n>', 'documents per page and shard', intArg('--batch-size', 1), 1000),
+  ).action(async function (this: Command, collection: string, o: ConnectOptions & { query: string; fields?: string; batchSize: number }) {
+    await withClient(this, o, (client) => exportCollection(client, collection, o));
+  });
+
+  connected(
+    readable(
+      program
+        .command('get')
+        .description('print one document by id (exit 1 when it does not exist)')
+        .argument('<collection>', 'collection name')
+        .argument('<id>', 'document id'),
+    ),
+  ).action(async function (this: Command, collection: string, id: string, o: ConnectOptions & Parameters<typeof readOptions>[0]) {
+    await withClient(this, o, async (client) => {
+      const doc = await client.get(collection, id, readOptions(o));
+      if (doc === undefined) {
+        err(`document ${JSON.stringify(id)} not found in ${collection}`);
+        process.exitCode = 1;
+      } else out(JSON.stringify(doc));
+    });
+  });
+
+  connected(
+    readable(
+      program
+        .command('search')
+        .description('search a collection and print the result as JSON')
+        .argument('<collection>', 'collection name')
+        .argument('<query>', 'query, e.g. title:dune')
+        .option('--filter <f>', 'filter query')
+        .option('--sort <s>', 'sort, e.g. "price desc"')
+        .option('--offset <n>', 'hits to skip', intArg('--offset', 0))
+        .option('--limit <n>', 'hits to return', intArg('--limit', 0))
+        .option('--fields <list>', 'comma-separated fields to return'),
+    ),
+  ).action(async function (
+    this: Command,
+    collection: string,
+    query: string,
+    o: ConnectOptions & Parameters<typeof readOptions>[0] & { filter?: string; sort?: string; offset?: number; limit?: number; fields?: string },
+  ) {
+    await withClient(this, o, async (client) => {
+      const res = await client.search(collection, query, {
+        ...readOptions(o),
+        ...(o.filter !== undefined && { filter: o.filter }),
+        ...(o.sort !== undefined && { sort: o.sort }),
+        ...(o.offset !== undefined && { offset: o.offset }),
+        ...(o.limit !== undefined && { limit: o.limit }),
+        ...(o.fields !== undefined && { fields: o.fields.split(',') }),
+      });
+      out(JSON.stringify(res));
+    });
+  });
+
+  connected(
+    program
+      .command('delete')
+      .description('delete documents by id')
+      .argument('<collection>', 'collection name')
+      .argument('<ids...>', 'document ids')
+      .option('--min-rf <n>', 'minimum replication factor to ask for', intArg('--min-rf', 1)),
+  ).action(async function (this: Command, collection: string, ids: string[], o: ConnectOptions & { minRf?: number }) {
+    await withClient(this, o, async (client) => {
+      out(JSON.stringify(await client.delete(collection, ids, o.minRf !== undefined ? { minRf: o.minRf } : {})));
+    });
+  });
+
+  connected(program.command('commit').description('record a commit point on every shard').argument('<collection>', 'collection name')).action(async function (
+    this: Command,
+    collection: string,
+    o: ConnectOptions,
+  ) {
+    await withClient(this, o, async (client) => {
+      out(JSON.stringify({ commit: await client.commit(collection) }));
+    });
+  });
+
+  connected(program.command('cluster').description('print the nodes, readers, shards, ranges, leaders and replica states')).action(async function (
+    this: Command,
+    o: ConnectOptions,
+  ) {
+    await withClient(this, o, async (client) => {
+      const s = await client.connect();
+      for (const line of clusterSummary(s, o.zk !== undefined ? `zk ${o.zk}` : o.url)) out(line);
+    });
+  });
 }

@@ -14,7 +14,7 @@ import { peerSync, syncFrom, syncStart, type PeerLogInfo, type SyncSource } from
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
-import { ReplicaStore, type CommitPoint, type StoredEntry } from '../ulog/index.js';
+import { ReplicaStore, type CommitPoint, type Doc, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer } from './grpc.js';
 import { buildHttp } from './http/app.js';
 
@@ -40,6 +40,21 @@ interface ShardRef {
   readonly collection: string;
   readonly shard: string;
 }
+
+export interface ExportPage {
+  readonly docs: Doc[];
+  /** Cursor for the next page (the last id), or null at the end of the shard. */
+  readonly next: string | null;
+}
+
+export interface ExportRequest {
+  readonly collection: string;
+  readonly shard: string;
+  readonly after?: string;
+  readonly limit: number;
+}
+
+type PeerSearchRequest = { kind: 'export' } & ExportRequest;
 
 export interface GetResult {
   readonly entry: StoredEntry;
@@ -111,9 +126,7 @@ export class ShardexNode {
       {
         update: (u) => this.onPeerUpdate(u),
         get: (req) => this.onPeerGet(req as { collection: string; shard: string; ids: string[] }),
-        search: async () => {
-          throw new ShardexError('SHX_BAD_REQUEST', 'search is not served by this node version');
-        },
+        search: (req) => this.onPeerSearch(req as PeerSearchRequest),
         commit: (req) => this.commitLocal((req as { collection: string; shard: string }).collection, (req as { shard: string }).shard),
         versions: async (req) => this.onPeerVersions(req as ShardRef & { replica?: string }),
         updatesAfter: async (req) => {
@@ -396,6 +409,40 @@ export class ShardexNode {
     if (!replica) throw new ShardexError('SHX_NOT_FOUND', `${this.name} hosts no replica of ${req.collection}/${req.shard}`);
     const entries = await replica.store.getMany(req.ids);
     return entries.map((e) => e ?? null);
+  }
+
+  /**
+   * One page of a shard's documents in id order after `after`: a stable per-shard cursor
+   * (not deep paging), served by the shard leader, or by this node's replica with distrib=false.
+   */
+  async exportShard(req: ExportRequest, opts: { distrib?: boolean } = {}): Promise<ExportPage> {
+    const state = this.collectionState(req.collection);
+    if (!state.shards.some((s) => s.name === req.shard)) {
+      throw new ShardexError('SHX_BAD_REQUEST', `collection '${req.collection}' has no shard '${req.shard}'; shards are ${state.shards.map((s) => s.name).join(', ')}`);
+    }
+    if (opts.distrib === false) return this.exportLocal(req);
+    const leader = this.coordinator.leader(req.collection, req.shard);
+    if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${req.collection}/${req.shard} has no leader right now; retry shortly`);
+    if (leader.node === this.name) return this.exportLocal(req);
+    return this.peers.call<ExportPage>(leader.node, 'search', { kind: 'export', ...req } satisfies PeerSearchRequest);
+  }
+
+  private async exportLocal(req: ExportRequest): Promise<ExportPage> {
+    const replica = this.localReplica(req.collection, req.shard);
+    const docs: Doc[] = [];
+    let last: string | null = null;
+    for await (const e of replica.store.entries(req.after === undefined ? {} : { afterId: req.after })) {
+      if (e.doc === null) continue;
+      docs.push({ ...e.doc, _version_: e.version });
+      last = e.id;
+      if (docs.length >= req.limit) return { docs, next: last };
+    }
+    return { docs, next: null };
+  }
+
+  private async onPeerSearch(req: PeerSearchRequest): Promise<unknown> {
+    if (req.kind === 'export') return this.exportLocal(req);
+    throw new ShardexError('SHX_BAD_REQUEST', `unknown search request kind ${JSON.stringify((req as { kind?: unknown }).kind)}`);
   }
 
   /** Commits every shard at its leader. */

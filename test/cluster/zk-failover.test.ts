@@ -1,69 +1,15 @@
 // Issue 3: separate `shardex node` processes on a real ZooKeeper. Killing any node, leader or
 // not, loses no acknowledged write; restarts recover by peer sync or full copy; a leader
 // whose session expired accepts no write as leader.
-import { setTimeout as sleep } from 'node:timers/promises';
-import pLimit from 'p-limit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { clusterView, http, type ClusterView } from '../support/cluster.js';
+import { clusterView, http } from '../support/cluster.js';
+import { liveUrls, until, verifyAcked, waitSettled } from '../support/zk-cluster.js';
 import { NodeProcesses } from '../support/processes.js';
 import { SteadyWriter } from '../support/writer.js';
 import { zkConnect } from '../support/zookeeper.js';
 
 const ZK_TIMEOUT_MS = 4000;
 const NAMES = ['n1', 'n2', 'n3'];
-
-async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(100);
-  }
-  throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-}
-
-function liveUrls(procs: NodeProcesses): string[] {
-  return [...procs.nodes.values()].filter((n) => n.child).map((n) => n.http);
-}
-
-/** The view once every shard has a live leader and every replica is active. */
-function settled(view: ClusterView, collection: string): boolean {
-  const live = new Set(view.nodes.map((n) => n.name));
-  return Object.values(view.collections[collection]?.shards ?? {}).every(
-    (s) => s.leader !== null && live.has(s.leader) && s.replicas.every((r) => r.state === 'active'),
-  );
-}
-
-async function waitSettled(procs: NodeProcesses, collection: string, ms = 60_000): Promise<ClusterView> {
-  return until(`cluster ${collection} to settle`, ms, async () => {
-    const v = await clusterView(liveUrls(procs)[0]!);
-    return v.nodes.length === liveUrls(procs).length && settled(v, collection) ? v : undefined;
-  });
-}
-
-/** For every acked id: present on every replica with the acked version or a newer one. */
-async function verifyAcked(procs: NodeProcesses, collection: string, acked: Map<string, number>): Promise<string[]> {
-  const limit = pLimit(16);
-  const problems: string[] = [];
-  const nodes = [...procs.nodes.values()];
-  await Promise.all(
-    [...acked].map(([id, version]) =>
-      limit(async () => {
-        for (const n of nodes) {
-          const res = await http('GET', `${n.http}/api/collections/${collection}/docs/${encodeURIComponent(id)}?distrib=false`);
-          if (res.status !== 200) problems.push(`${id} missing on ${n.name} (${res.status})`);
-          else if (res.body._version_ < version) problems.push(`${id} on ${n.name} has version ${res.body._version_} < acked ${version}`);
-        }
-      }),
-    ),
-  );
-  return problems;
-}
 
 describe('a 3-process cluster on ZooKeeper (2 shards x 3 replicas)', () => {
   let procs: NodeProcesses;
@@ -81,7 +27,7 @@ describe('a 3-process cluster on ZooKeeper (2 shards x 3 replicas)', () => {
     await procs?.stopAll();
   });
 
-  it('loses no acknowledged write over 5 rounds of kill -9 (leaders and non-leaders) and restart', async () => {
+  it('loses no acknowledged write over 5 rounds of kill -9 (leaders and non-leaders) and restart', { timeout: 400_000 }, async () => {
     const writer = new SteadyWriter(C, () => liveUrls(procs), { batch: 20, pauseMs: 10, prefix: 'w-' });
     writer.start();
     const failoverMs: number[] = [];
@@ -121,7 +67,7 @@ describe('a 3-process cluster on ZooKeeper (2 shards x 3 replicas)', () => {
     expect(writer.acked.size).toBeGreaterThan(1000);
   });
 
-  it('keeps every acknowledged document across a full restart of all nodes', async () => {
+  it('keeps every acknowledged document across a full restart of all nodes', { timeout: 240_000 }, async () => {
     const writer = new SteadyWriter(C, () => liveUrls(procs), { batch: 50, pauseMs: 0, prefix: 'r-' });
     writer.start();
     try {

@@ -16,30 +16,33 @@ export class SteadyWriter {
   /** Wall-clock times of acknowledged writes (ms since epoch). */
   readonly ackTimes: number[] = [];
   private running = false;
-  private loop: Promise<void> | undefined;
+  private loops: Promise<void>[] = [];
   private seq = 0;
 
   constructor(
     private readonly collection: string,
     private readonly urls: () => string[],
-    private readonly opts: { batch: number; pauseMs: number; prefix: string },
+    /** `lanes` loops write side by side, lane k through the k-th node: a frozen node stalls only its lane. */
+    private readonly opts: { batch: number; pauseMs: number; prefix: string; lanes?: number },
   ) {}
 
   start(): void {
     this.running = true;
-    this.loop = this.run();
+    const lanes = this.opts.lanes ?? 1;
+    for (let lane = 0; lane < lanes; lane++) this.loops.push(this.run(lane, lanes));
   }
 
   async stop(): Promise<void> {
     this.running = false;
-    await this.loop;
+    await Promise.all(this.loops);
   }
 
-  private async run(): Promise<void> {
-    let i = 0;
+  private async run(lane: number, lanes: number): Promise<void> {
+    let i = lane;
     while (this.running) {
       const urls = this.urls();
-      const url = urls[i++ % urls.length]!;
+      const url = urls[i % urls.length]!;
+      i += lanes === 1 ? 1 : 0;
       const docs = Array.from({ length: this.opts.batch }, () => {
         const n = this.seq++;
         // Every fifth write overwrites an earlier id, so versions of one id move on.

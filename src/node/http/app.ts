@@ -1,7 +1,7 @@
 // The HTTP API: one fastify instance per node, one plugin per resource. Every error leaves
 // as {"error": "<what was wrong>", "code": "SHX_..."} with its catalog status; fastify's own
 // errors (bad JSON, body too large, wrong content type) are mapped here, once.
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import sjson from 'secure-json-parse';
 import type { Logger } from 'pino';
 import { ShardexError } from '../../errors.js';
@@ -94,6 +94,15 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
     maxParamLength: 16 * 1024,
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
+    // Errors the router raises before any route runs (a path that is not percent-encoded
+    // UTF-8, e.g. a lone surrogate) leave in the same {"error", "code"} shape as all others.
+    frameworkErrors: (err, _req, reply) => {
+      const e =
+        err.code === 'FST_ERR_BAD_URL'
+          ? new ShardexError('SHX_BAD_REQUEST', `${err.message}: the path must be percent-encoded UTF-8 (an id with a lone surrogate has no UTF-8 form)`)
+          : toShardexHttpError(err);
+      void (reply as FastifyReply).status(e.status).send(e.toJSON());
+    },
   });
   app.decorate('shardex', node);
   // Only JSON and NDJSON bodies: anything else (text/plain included) is 415, not a string.

@@ -53,6 +53,19 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     return { ...got.entry.doc, _version_: got.entry.version, _shard_: got.shard };
   });
 
+  app.get<{ Params: { c: string }; Querystring: { shard?: string; after?: string; limit?: string; distrib?: string } }>(
+    '/api/collections/:c/export',
+    async (req) => {
+      const c = checkCollectionName(req.params.c);
+      const { shard, after } = req.query;
+      if (!shard) throw new ShardexError('SHX_BAD_REQUEST', 'export needs ?shard=<shard name>; GET /api/cluster lists the shards');
+      const limit = req.query.limit === undefined ? 1000 : Number(req.query.limit);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new ShardexError('SHX_BAD_REQUEST', `limit must be an integer from 1 to 10000, got ${JSON.stringify(req.query.limit)}`);
+      const distrib = parseBool('distrib', req.query.distrib);
+      return app.shardex.exportShard({ collection: c, shard, limit, ...(after !== undefined && { after }) }, distrib === undefined ? {} : { distrib });
+    },
+  );
+
   app.post<{ Params: { c: string } }>('/api/collections/:c/commit', async (req) => {
     const c = checkCollectionName(req.params.c);
     return { commit: await app.shardex.commit(c) };
