@@ -1,6 +1,7 @@
 // One shard replica hosted by a node: its durable store, its search index, and its place in
 // the shard (leader or follower, leadership epoch, recovery state).
 import type { Logger } from 'pino';
+import { ShardIndex, type CollectionSchema } from '../index/index.js';
 import type { ReplicaStore, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 
@@ -8,6 +9,28 @@ import { Mutex } from './mutex.js';
 export interface ReplicaIndex {
   apply(ops: readonly UpdateOp[]): void;
   clear(): void;
+}
+
+/** Keeps a replica's search index in step with its applied updates. */
+export class SearchIndexBinding implements ReplicaIndex {
+  index: ShardIndex;
+  private readonly schema: CollectionSchema;
+
+  constructor(schema: CollectionSchema) {
+    this.schema = schema;
+    this.index = new ShardIndex(schema);
+  }
+
+  apply(ops: readonly UpdateOp[]): void {
+    for (const op of ops) {
+      if (op.doc === null) this.index.delete(op.id);
+      else this.index.add(op.id, op.doc as { id: string });
+    }
+  }
+
+  clear(): void {
+    this.index = new ShardIndex(this.schema);
+  }
 }
 
 export type ReplicaRole = 'leader' | 'follower';
@@ -34,8 +57,6 @@ export class ShardReplica {
   state: RecoveryState = 'active';
   /** A recovery is running (at most one at a time). */
   recovering = false;
-  /** FROMLEADER batches that arrived while recovering, replayed once caught up. */
-  buffered: UpdateOp[][] = [];
   /** Serializes version assignment with the local write at the leader. */
   readonly lock = new Mutex();
   private lastVersion: number;
@@ -70,19 +91,6 @@ export class ShardReplica {
   async reset(): Promise<void> {
     await this.store.clear();
     this.index?.clear();
-  }
-
-  /** Applies buffered FROMLEADER batches until none is left, then serves as active. */
-  async replayBuffered(): Promise<number> {
-    let n = 0;
-    while (this.buffered.length > 0) {
-      const batches = this.buffered;
-      this.buffered = [];
-      for (const ops of batches) n += (await this.apply(ops)).length;
-    }
-    // No await between the last empty check and this: nothing can slip into the buffer.
-    this.state = 'active';
-    return n;
   }
 
   becomeLeader(epoch: number): void {

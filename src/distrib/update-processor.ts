@@ -32,6 +32,8 @@ export interface UpdateProcessorOptions {
   /** Solr: solr.retries.to.followers = 3. */
   readonly replicaRetries?: number;
   readonly backoff?: BackoffPolicy;
+  /** True once the node is shutting down. */
+  readonly isStopping?: () => boolean;
   /** Counts forwards by phase (metrics). */
   readonly onForward?: (phase: 'TOLEADER' | 'FROMLEADER', ops: number) => void;
 }
@@ -85,7 +87,8 @@ export class UpdateProcessor {
     const settled = await Promise.allSettled(
       [...groups].map(([shard, group]) => this.sendToLeader(collection, shard, group, minRf)),
     );
-    const versions: Record<string, number> = {};
+    // No prototype: an id such as "__proto__" is plain data here.
+    const versions: Record<string, number> = Object.create(null) as Record<string, number>;
     let rf = Infinity;
     const failures: ShardexError[] = [];
     for (const s of settled) {
@@ -142,7 +145,7 @@ export class UpdateProcessor {
       return versioned;
     });
     const rf = 1 + (await this.fanOut(replica, ops, update.minRf));
-    const versions: Record<string, number> = {};
+    const versions: Record<string, number> = Object.create(null) as Record<string, number>;
     for (const op of ops) versions[op.id] = op.version;
     return { rf, versions };
   }
@@ -190,6 +193,8 @@ export class UpdateProcessor {
    * cannot record that, the write is not acknowledged.
    */
   private async markBehind(replica: ShardReplica, healthy: string[], behind: string[]): Promise<void> {
+    // A stopping node's sends fail because it stops, not because the replicas are behind.
+    if (this.o.isStopping?.()) throw new ShardexError('SHX_UNAVAILABLE', `${this.o.self} is shutting down; retry on another node`);
     this.o.logger.warn({ replica: replica.key, behind }, 'replicas missed an update; marking them down');
     try {
       await this.o.coordinator.raiseTerms(replica.collection, replica.shard, [this.o.self, ...healthy], behind);
@@ -203,21 +208,19 @@ export class UpdateProcessor {
   async fromLeader(update: ShardUpdate): Promise<ShardUpdateResult> {
     const replica = this.o.replica(update.collection, update.shard);
     if (!replica) throw new ShardexError('SHX_NOT_FOUND', `${this.o.self} hosts no replica of ${update.collection}/${update.shard}`);
-    if (update.epoch < replica.maxEpochSeen) {
-      throw new ShardexError('SHX_STALE_EPOCH', `update from ${update.from} carries leadership epoch ${update.epoch}, older than ${replica.maxEpochSeen}`);
-    }
-    replica.maxEpochSeen = update.epoch;
-    if (replica.role === 'leader' && update.epoch > replica.epoch) replica.becomeFollower();
+    // Check the whole request before it may move the fence: a malformed update changes nothing.
     const ops: UpdateOp[] = [];
     for (const op of update.ops) {
       if (typeof op.v !== 'number') throw new ShardexError('SHX_BAD_REQUEST', `update for '${op.id}' from ${update.from} has no version`);
       ops.push({ id: op.id, version: op.v, doc: op.doc });
     }
-    // Buffer only while a recovery is running: it replays the buffer when it is done.
-    if (replica.state === 'recovering' && replica.recovering) {
-      replica.buffered.push(ops);
-      return { rf: 1, applied: 0 };
+    if (update.epoch < replica.maxEpochSeen) {
+      throw new ShardexError('SHX_STALE_EPOCH', `update from ${update.from} carries leadership epoch ${update.epoch}, older than ${replica.maxEpochSeen}`);
     }
+    replica.maxEpochSeen = update.epoch;
+    if (replica.role === 'leader' && update.epoch > replica.epoch) replica.becomeFollower();
+    // Applied (durably) even while recovering: the per-id version rule makes it safe to mix
+    // with what the recovery copies, and an acknowledged update is then on disk.
     const applied = await replica.apply(ops);
     return { rf: 1, applied: applied.length };
   }

@@ -103,12 +103,20 @@ interface ImportOptions extends ConnectOptions {
   concurrency: number;
   minRf?: number;
   progressInterval: number;
+  flushInterval: number;
 }
 
 async function importFile(client: ShardexClient, collection: string, file: string, o: ImportOptions): Promise<void> {
   const input: Readable = file === '-' ? process.stdin : createReadStream(file);
   const totalBytes = file === '-' ? undefined : (await stat(file)).size;
-  const job = client.writeBatcher({ collection, batchSize: o.batchSize, concurrency: o.concurrency, ...(o.minRf !== undefined && { minRf: o.minRf }) });
+  // Partial batches go out after flushInterval, so that a slow stream (stdin) is written as it comes.
+  const job = client.writeBatcher({
+    collection,
+    batchSize: o.batchSize,
+    concurrency: o.concurrency,
+    flushIntervalMs: o.flushInterval,
+    ...(o.minRf !== undefined && { minRf: o.minRf }),
+  });
   const lineOf = new WeakMap<object, number>();
   let badLines = 0;
   let failedDocs = 0;
@@ -258,7 +266,8 @@ export function registerClientCommands(program: Command): void {
       .option('--batch-size <n>', 'documents per batch', intArg('--batch-size', 1), 500)
       .option('--concurrency <n>', 'batches in flight', intArg('--concurrency', 1), 4)
       .option('--min-rf <n>', 'minimum replication factor to ask for', intArg('--min-rf', 1))
-      .option('--progress-interval <ms>', 'how often to print progress', intArg('--progress-interval', 10), 1000),
+      .option('--progress-interval <ms>', 'how often to print progress', intArg('--progress-interval', 10), 1000)
+      .option('--flush-interval <ms>', 'send a partial batch after this long', intArg('--flush-interval', 10), 1000),
   ).action(async function (this: Command, collection: string, file: string, o: ImportOptions) {
     await withClient(this, o, (client) => importFile(client, collection, file, o));
   });

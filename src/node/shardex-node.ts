@@ -9,7 +9,20 @@ import type { CollectionSpec, CollectionState, Coordinator, NodeInfo } from '../
 import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
-import { ShardReplica } from '../distrib/replica.js';
+import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
+import { distributedSearch, type SearchParams, type SearchResponse, type ShardSearcher } from '../distrib/search.js';
+import {
+  DEFAULT_LIMIT,
+  parseFieldList,
+  parseSchema,
+  projectFields,
+  type CollectionSchema,
+  type IndexStats,
+  type SearchRequest,
+  type ShardIndex,
+  type ShardSearchResult,
+  type StoredDoc,
+} from '../index/index.js';
 import { peerSync, syncFrom, syncStart, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
@@ -54,7 +67,11 @@ export interface ExportRequest {
   readonly limit: number;
 }
 
-type PeerSearchRequest = { kind: 'export' } & ExportRequest;
+type PeerSearchRequest =
+  | ({ kind: 'export' } & ExportRequest)
+  | { kind: 'stats'; collection: string; shard: string; params: SearchParams }
+  | { kind: 'query'; collection: string; shard: string; params: SearchParams; stats: IndexStats }
+  | { kind: 'fetch'; collection: string; shard: string; ids: string[]; fields?: string };
 
 export interface GetResult {
   readonly entry: StoredEntry;
@@ -121,6 +138,7 @@ export class ShardexNode {
       ...(opts.forwardRetries !== undefined && { forwardRetries: opts.forwardRetries }),
       ...(opts.replicaRetries !== undefined && { replicaRetries: opts.replicaRetries }),
       onForward: (phase, n) => this.forwarded.inc({ phase }, n),
+      isStopping: () => this.stopped,
     });
     this.grpcServer = new PeerServer(
       {
@@ -201,8 +219,13 @@ export class ShardexNode {
         ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
       });
       const replica = new ShardReplica(collection, shard, store, this.log);
+      // The index lives in memory: rebuild it from the stored documents before serving.
+      const t0 = performance.now();
+      const binding = new SearchIndexBinding(this.schemaOf(collection));
+      for await (const e of store.entries()) if (e.doc !== null) binding.index.add(e.id, e.doc as { id: string });
+      replica.index = binding;
       this.replicas.set(key, replica);
-      this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion }, 'replica opened');
+      this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, indexMs: Math.round(performance.now() - t0) }, 'replica opened');
       await this.coordinator.joinElection(collection, shard, {
         canLead: async () => this.mayLead(replica),
         onElected: (epoch) => void this.takeLeadership(replica, epoch),
@@ -276,15 +299,14 @@ export class ShardexNode {
     );
     if (this.coordinator.leader(replica.collection, replica.shard)?.epoch !== epoch) return;
     replica.state = 'active';
-    replica.buffered = [];
     replica.becomeLeader(epoch);
     await this.coordinator.setReplicaState(replica.collection, replica.shard, this.name, 'active').catch(() => undefined);
   }
 
   /**
-   * Recovery (Solr's RecoveryStrategy): publish `recovering`, buffer FROMLEADER updates,
-   * wait until the leader sees us recovering (so that it sends us every later update),
-   * sync from it, replay the buffer, then publish `active` with the leader's term.
+   * Recovery (Solr's RecoveryStrategy): publish `recovering`, wait until the leader sees us
+   * recovering (so that it sends us every later update, which we apply as it comes), sync
+   * from it, then publish `active` with the leader's term.
    */
   async recover(replica: ShardReplica): Promise<void> {
     if (replica.recovering || this.stopped) return;
@@ -299,20 +321,17 @@ export class ShardexNode {
           continue;
         }
         try {
-          if (replica.state !== 'recovering') {
-            replica.buffered = [];
-            replica.state = 'recovering';
-          }
+          replica.state = 'recovering';
           await this.coordinator.setReplicaState(collection, shard, this.name, 'recovering');
           const source = this.syncSource(leader.node, collection, shard);
           const info = await source.info();
           if (info.replicaState === 'down') throw new ShardexError('SHX_RECOVERING', `leader ${leader.node} does not see ${this.name} recovering yet`);
           const report = await syncFrom(replica, source, info);
-          const replayed = await replica.replayBuffered();
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
           this.recoveries.inc({ method: report.method });
-          this.log.info({ replica: replica.key, leader: leader.node, ...report, replayed }, 'replica recovered');
+          replica.state = 'active';
+          this.log.info({ replica: replica.key, leader: leader.node, ...report }, 'replica recovered');
           return;
         } catch (err) {
           this.log.warn({ replica: replica.key, attempt, err: (err as Error).message }, 'recovery attempt failed; retrying');
@@ -321,8 +340,6 @@ export class ShardexNode {
       }
     } finally {
       replica.recovering = false;
-      // Left without finishing (we lead now, or are stopping): nothing may stay buffered.
-      if (replica.state === 'recovering' && !this.stopped) await replica.replayBuffered().catch(() => undefined);
     }
   }
 
@@ -440,8 +457,77 @@ export class ShardexNode {
     return { docs, next: null };
   }
 
+  private readonly schemas = new WeakMap<CollectionState, CollectionSchema>();
+
+  /** The search schema of a collection (parsed once per cluster-state version). */
+  schemaOf(collection: string): CollectionSchema {
+    const state = this.collectionState(collection);
+    let schema = this.schemas.get(state);
+    if (!schema) {
+      schema = parseSchema(state.fields);
+      this.schemas.set(state, schema);
+    }
+    return schema;
+  }
+
+  private searchIndex(collection: string, shard: string): ShardIndex {
+    const binding = this.localReplica(collection, shard).index;
+    if (!(binding instanceof SearchIndexBinding)) throw new ShardexError('SHX_UNAVAILABLE', `the index of ${collection}/${shard} is not open yet`);
+    return binding.index;
+  }
+
+  private shardRequest(params: SearchParams): SearchRequest {
+    return {
+      ...(params.q !== undefined && { q: params.q }),
+      ...(params.filters && { filters: params.filters }),
+      ...(params.sort !== undefined && { sort: params.sort }),
+      offset: 0,
+      limit: (params.offset ?? 0) + (params.limit ?? DEFAULT_LIMIT),
+    };
+  }
+
+  private async fetchLocal(collection: string, shard: string, ids: readonly string[], fields: string | undefined): Promise<StoredDoc[]> {
+    const entries = await this.localReplica(collection, shard).store.getMany(ids);
+    const wanted = parseFieldList(fields);
+    const out: StoredDoc[] = [];
+    entries.forEach((e, i) => {
+      if (e && e.doc !== null) out.push(projectFields(ids[i]!, e.doc as StoredDoc, wanted));
+    });
+    return out;
+  }
+
+  /** A distributed search over every shard of the collection, each served by its leader. */
+  async search(collection: string, params: SearchParams): Promise<SearchResponse> {
+    const state = this.collectionState(collection);
+    const schema = this.schemaOf(collection);
+    const searchers: ShardSearcher[] = state.shards.map((s) => {
+      const shard = s.name;
+      const remote = <T>(body: PeerSearchRequest): Promise<T> => {
+        const leader = this.coordinator.leader(collection, shard);
+        if (!leader) return Promise.reject(new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`));
+        return leader.node === this.name ? (this.onPeerSearch(body) as Promise<T>) : this.peers.call<T>(leader.node, 'search', body);
+      };
+      return {
+        shard,
+        stats: (p) => remote<IndexStats>({ kind: 'stats', collection, shard, params: p }),
+        query: (p, stats) => remote<ShardSearchResult>({ kind: 'query', collection, shard, params: p, stats }),
+        fetch: (ids, fields) => remote<StoredDoc[]>({ kind: 'fetch', collection, shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
+      };
+    });
+    return distributedSearch(schema, searchers, params);
+  }
+
   private async onPeerSearch(req: PeerSearchRequest): Promise<unknown> {
-    if (req.kind === 'export') return this.exportLocal(req);
+    switch (req.kind) {
+      case 'export':
+        return this.exportLocal(req);
+      case 'stats':
+        return this.searchIndex(req.collection, req.shard).collectStats(this.shardRequest(req.params));
+      case 'query':
+        return this.searchIndex(req.collection, req.shard).search(this.shardRequest(req.params), req.stats);
+      case 'fetch':
+        return this.fetchLocal(req.collection, req.shard, req.ids, req.fields);
+    }
     throw new ShardexError('SHX_BAD_REQUEST', `unknown search request kind ${JSON.stringify((req as { kind?: unknown }).kind)}`);
   }
 

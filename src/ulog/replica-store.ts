@@ -27,6 +27,9 @@ export interface ReplicaStoreOptions {
 
 const LOG = 'l';
 const DOC = 'd';
+// Keys compare as UTF-8 bytes: an id starting with a character above U+FFFF (or with U+FFFF
+// itself) sorts after DOC + '\uffff', so the document range ends at the next prefix instead.
+const DOC_END = 'e';
 const COMMIT = 'm:commit';
 const TRIMMED = 'm:trimmed';
 const VERSION_WIDTH = 16;
@@ -70,7 +73,7 @@ export class ReplicaStore {
   }
 
   private async load(): Promise<void> {
-    for await (const [, value] of this.db.iterator({ gte: DOC, lt: DOC + '\uffff' })) {
+    for await (const [, value] of this.db.iterator({ gte: DOC, lt: DOC_END })) {
       const e = decodeEntry(value);
       this.versions.set(e.id, e.version);
       if (e.doc !== null) this.liveDocs++;
@@ -112,6 +115,8 @@ export class ReplicaStore {
    */
   apply(ops: readonly UpdateOp[]): Promise<UpdateOp[]> {
     const applied: UpdateOp[] = [];
+    const undo: Array<{ readonly prev: number | undefined; readonly wasLive: boolean }> = [];
+    const maxBefore = this.maxVersionSeen;
     const batch: Array<{ type: 'put'; key: string; value: string }> = [];
     for (const op of ops) {
       const cur = this.versions.get(op.id);
@@ -119,6 +124,7 @@ export class ReplicaStore {
       const text = encodeEntry(op);
       batch.push({ type: 'put', key: logKey(op.version), value: text }, { type: 'put', key: docKey(op.id), value: text });
       const wasLive = cur !== undefined && this.isLiveVersion(op.id);
+      undo.push({ prev: cur, wasLive });
       this.versions.set(op.id, op.version);
       this.setLive(op.id, op.doc !== null);
       if (op.doc !== null && !wasLive) this.liveDocs++;
@@ -127,13 +133,50 @@ export class ReplicaStore {
       applied.push(op);
     }
     if (batch.length === 0) return Promise.resolve(applied);
-    this.logCount += applied.length;
+    const maxAfter = this.maxVersionSeen;
     const write = this.writeChain.then(() => this.db.batch(batch));
-    this.writeChain = write.catch(() => undefined);
-    return write.then(async () => {
-      if (this.logCount > this.retention * 1.1) await this.trim();
-      return applied;
+    // The log is counted and trimmed on the write chain, so that the count is what is on
+    // disk and concurrent applies never trim the same entries twice. A failed trim fails
+    // no write; the next write tries again.
+    const trimmed = write.then(() => {
+      this.logCount += applied.length;
+      return this.logCount > this.retention * 1.1 ? this.trim() : undefined;
     });
+    this.writeChain = trimmed.catch(() => undefined);
+    return write.then(
+      async () => {
+        await trimmed.catch(() => undefined);
+        return applied;
+      },
+      (err: unknown) => {
+        this.undo(applied, undo);
+        if (this.maxVersionSeen === maxAfter) this.maxVersionSeen = maxBefore;
+        throw err;
+      },
+    );
+  }
+
+  /**
+   * Forgets ops whose batch could not be written, so that a resend of the same versions is
+   * applied rather than dropped as a duplicate. An id a later apply has since moved on is
+   * left as that apply set it.
+   */
+  private undo(applied: readonly UpdateOp[], undo: ReadonlyArray<{ readonly prev: number | undefined; readonly wasLive: boolean }>): void {
+    for (let i = applied.length - 1; i >= 0; i--) {
+      const op = applied[i]!;
+      const { prev, wasLive } = undo[i]!;
+      if (this.versions.get(op.id) !== op.version) continue;
+      const live = op.doc !== null;
+      if (live && !wasLive) this.liveDocs--;
+      else if (!live && wasLive) this.liveDocs++;
+      if (prev === undefined) {
+        this.versions.delete(op.id);
+        this.tombstones.delete(op.id);
+      } else {
+        this.versions.set(op.id, prev);
+        this.setLive(op.id, wasLive);
+      }
+    }
   }
 
   // Liveness of each id is tracked beside its version; a Set of tombstoned ids stays small.
@@ -165,7 +208,7 @@ export class ReplicaStore {
   /** Every stored entry (tombstones included), in id order; for full copies and index rebuilds. */
   async *entries(opts: { afterId?: string } = {}): AsyncGenerator<StoredEntry> {
     const gt = opts.afterId === undefined ? undefined : docKey(opts.afterId);
-    const it = gt === undefined ? this.db.iterator({ gte: DOC, lt: DOC + '\uffff' }) : this.db.iterator({ gt, lt: DOC + '\uffff' });
+    const it = gt === undefined ? this.db.iterator({ gte: DOC, lt: DOC_END }) : this.db.iterator({ gt, lt: DOC_END });
     for await (const [, value] of it) yield decodeEntry(value);
   }
 

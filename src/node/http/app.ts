@@ -9,6 +9,7 @@ import type { ShardexNode } from '../shardex-node.js';
 import { adminRoutes } from './admin.js';
 import { collectionRoutes } from './collections.js';
 import { docRoutes } from './docs.js';
+import { searchRoutes } from './search.js';
 
 export interface HttpOptions {
   readonly bodyLimit: number;
@@ -133,5 +134,6 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   await app.register(adminRoutes);
   await app.register(collectionRoutes);
   await app.register(docRoutes);
+  await app.register(searchRoutes);
   return app as unknown as FastifyInstance;
 }

@@ -3,6 +3,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import { ShardexError } from '../../errors.js';
 import { MAX_SHARDS, parseRouterName } from '../../hashrange/index.js';
+import { parseSchema } from '../../index/index.js';
 import { parseDuration } from '../../read/index.js';
 
 export const COLLECTION_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -35,6 +36,8 @@ export const collectionRoutes: FastifyPluginAsync = async (app) => {
     const parsed = CreateCollection.safeParse(req.body);
     if (!parsed.success) throw new ShardexError('SHX_BAD_REQUEST', zodMessage(parsed.error, 'bad collection definition'));
     const b = parsed.data;
+    // A schema that does not parse is the caller's error: reject it before anything is created.
+    parseSchema(b.fields);
     const autoCommitMs = b.autoCommit === undefined || b.autoCommit === 'off' ? 0 : parseDuration(b.autoCommit, 'autoCommit');
     const state = await app.shardex.createCollection({
       name: b.name,

@@ -1,0 +1,98 @@
+// The distributed query, as Solr runs it plus Elasticsearch's dfs phase:
+//   dfs     every shard reports the statistics of the query's terms; they are summed, so
+//           that every shard scores with global document frequencies and field lengths
+//           (a sharded collection ranks exactly like a 1-shard one);
+//   query   every shard returns its top offset+limit ids with sort values, scored with the
+//           global statistics; the coordinator merges them into the page;
+//   fetch   only the shards owning the page's ids are asked for their stored fields.
+// Shards are asked in parallel; with `partial`, a shard that fails is reported, not fatal.
+import { ShardexError } from '../errors.js';
+import { mergeStats, parseSort, type CollectionSchema, type IndexStats, type ShardSearchResult, type StoredDoc } from '../index/index.js';
+import { mergeSearchResults } from './search-merge.js';
+
+export interface SearchParams {
+  readonly q?: string;
+  readonly filters?: readonly string[];
+  readonly sort?: string;
+  readonly offset?: number;
+  readonly limit?: number;
+  readonly fields?: string;
+  /** Report failed shards instead of failing the request (Solr's shards.tolerant). */
+  readonly partial?: boolean;
+}
+
+/** One shard's side of the three phases (local call or gRPC to the serving replica). */
+export interface ShardSearcher {
+  readonly shard: string;
+  stats(params: SearchParams): Promise<IndexStats>;
+  query(params: SearchParams, stats: IndexStats): Promise<ShardSearchResult>;
+  fetch(ids: readonly string[], fields: string | undefined): Promise<StoredDoc[]>;
+}
+
+export interface SearchResponse {
+  readonly total: number;
+  readonly hits: Array<Record<string, unknown> & { id: string; score: number }>;
+  readonly shards: { total: number; ok: number; failed: number; errors?: Record<string, string> };
+  readonly tookMs: number;
+}
+
+export async function distributedSearch(schema: CollectionSchema, shards: readonly ShardSearcher[], params: SearchParams): Promise<SearchResponse> {
+  const t0 = performance.now();
+  // Parse errors are the caller's: surface them before any shard is asked.
+  const sort = parseSort(params.sort, schema);
+  const offset = params.offset ?? 0;
+  const limit = params.limit ?? 10;
+  const failed = new Map<string, ShardexError>();
+  const settle = async <T>(shard: string, p: Promise<T>): Promise<T | undefined> => {
+    try {
+      return await p;
+    } catch (err) {
+      const e = err instanceof ShardexError ? err : new ShardexError('SHX_INTERNAL', String(err));
+      // Bad input fails the same way on every shard: never hide it behind `partial`.
+      if (!params.partial || (e.status >= 400 && e.status < 500 && e.code !== 'SHX_BUSY')) throw e;
+      failed.set(shard, e);
+      return undefined;
+    }
+  };
+  const live = (): ShardSearcher[] => shards.filter((s) => !failed.has(s.shard));
+
+  const statsList = await Promise.all(live().map((s) => settle(s.shard, s.stats(params))));
+  const global = mergeStats(statsList.filter((x): x is IndexStats => x !== undefined));
+  const phase1 = await Promise.all(
+    live().map(async (s) => {
+      const result = await settle(s.shard, s.query(params, global));
+      return result && { shard: s.shard, result };
+    }),
+  );
+  const responses = phase1.filter((r): r is { shard: string; result: ShardSearchResult } => r !== undefined && !failed.has(r.shard));
+  if (responses.length === 0 && shards.length > 0) {
+    const first = [...failed.values()][0];
+    throw new ShardexError(first?.code ?? 'SHX_UNAVAILABLE', `every shard failed: ${[...failed].map(([s, e]) => `${s}: ${e.message}`).join('; ')}`);
+  }
+  const page = mergeSearchResults(responses, sort, offset, limit);
+
+  const byShard = new Map(shards.map((s) => [s.shard, s]));
+  const stored = new Map<string, StoredDoc>();
+  await Promise.all(
+    [...page.idsByShard].map(async ([shard, ids]) => {
+      const docs = await settle(shard, byShard.get(shard)!.fetch(ids, params.fields));
+      for (const d of docs ?? []) stored.set(String(d.id), d);
+    }),
+  );
+  const hits = page.hits.flatMap((h) => {
+    const doc = stored.get(h.id);
+    // A document deleted between the phases is left out rather than shown without fields.
+    return doc ? [{ ...doc, id: h.id, score: h.score }] : [];
+  });
+  return {
+    total: page.total,
+    hits,
+    shards: {
+      total: shards.length,
+      ok: shards.length - failed.size,
+      failed: failed.size,
+      ...(failed.size > 0 && { errors: Object.fromEntries([...failed].map(([s, e]) => [s, e.message])) }),
+    },
+    tookMs: Math.round((performance.now() - t0) * 100) / 100,
+  };
+}

@@ -1,0 +1,19 @@
+// The per-replica search index: what other parts may use.
+export { Analyzer, ENGLISH_STOP_WORDS, type AnalyzerOptions } from './analyzer.js';
+export { checkDocument, documentProblem, parseFieldList, projectFields, type StoredDoc } from './document.js';
+export type { Query } from './query.js';
+export { parseQuery, MAX_QUERY_LENGTH, type ParseOptions } from './query-parser.js';
+export { parseSchema, FIELD_TYPES, KEYWORD_SUFFIX, type CollectionSchema, type FieldDef, type FieldType } from './schema.js';
+export {
+  ShardIndex,
+  DEFAULT_LIMIT,
+  MAX_RESULT_WINDOW,
+  type DocLookup,
+  type SearchHit,
+  type SearchRequest,
+  type ShardIndexOptions,
+  type ShardSearchResult,
+} from './shard-index.js';
+export { compareHits, DEFAULT_SORT, formatSort, parseSort, type SortKey, type SortOrder, type SortSpec, type SortValue } from './sort.js';
+export { bm25, bm25Idf, BM25_B, BM25_K1, mergeStats, type FieldStats, type IndexStats, type SortFieldStats, type TermStats } from './stats.js';
+export { parseDate } from './values.js';

@@ -1,0 +1,407 @@
+// One inverted field (a text field, a keyword field, or the text or keyword view of an undeclared
+// field): a term dictionary, per-term postings, exact per-document lengths and the live
+// statistics BM25 needs.
+//
+// Layout, chosen for the write path (one call per token, no allocation but for new terms and
+// amortized array growth):
+//   - terms get dense ids; per-term data lives in parallel typed arrays indexed by term id;
+//   - a term's postings are one Int32Array of [doc, tf, doc, tf, ...] in increasing doc order
+//     (documents get increasing numbers and are never renumbered but by ShardIndex.compact), and
+//     for text its positions one Int32Array, tf entries per posting, in the same order;
+//   - a deleted document's postings stay until the term has more dead entries than live ones,
+//     then that term alone is rewritten (amortized O(1) per removed posting); docFreq, docCount and
+//     sumLength count live documents only, always, so statistics are exact at every moment.
+
+import type { TokenSink } from './analyzer.js';
+
+/** Collects the term ids a document holds, per field, so that deleting it can undo them. */
+export interface ForwardSink {
+  beginField(slot: number, termCount: number): void;
+  termId(id: number): void;
+}
+
+const EMPTY = new Int32Array(0);
+/** Dead postings a term tolerates before it is rewritten, however small its live list. */
+const MIN_DEAD_TO_COMPACT = 8;
+
+export class InvertedField implements TokenSink {
+  readonly kind = 'inverted' as const;
+  private readonly dict = new Map<string, number>();
+  terms: string[] = [];
+  termCount = 0;
+
+  // ---- per term ----
+  docFreq = new Int32Array(16);
+  deadCount = new Int32Array(16);
+  postings: Int32Array[] = [];
+  postingsLength = new Int32Array(16);
+  positions: Int32Array[] = [];
+  positionsLength = new Int32Array(16);
+
+  // ---- per document ----
+  /** Tokens (text) or values (keyword) of this field in each document; 0 = absent. */
+  lengths = new Int32Array(0);
+  /** Keyword sort values: term id of the least and greatest value of each document, -1 = none. */
+  minValue = EMPTY;
+  maxValue = EMPTY;
+
+  /** Live documents with at least one token in the field (BM25's N for this field). */
+  docCount = 0;
+  /** Tokens of the field over the live documents. */
+  sumLength = 0;
+
+  private sortedCache: Int32Array | null = null;
+  private rankCache: Int32Array | null = null;
+
+  // ---- one document being built ----
+  private generation = 0;
+  private stamp = new Int32Array(16);
+  private localSlot = new Int32Array(16);
+  private nLocal = 0;
+  private localTerm = new Int32Array(64);
+  private localTf = new Int32Array(64);
+  private localHead = new Int32Array(64);
+  private localTail = new Int32Array(64);
+  private nPos = 0;
+  private posNext = new Int32Array(256);
+  private posValue = new Int32Array(256);
+  private tokens = 0;
+
+  constructor(
+    readonly key: string,
+    readonly slot: number,
+    /** Text fields keep positions (phrases); keyword fields keep sort values instead. */
+    readonly withPositions: boolean,
+  ) {
+    if (!withPositions) {
+      this.minValue = new Int32Array(0);
+      this.maxValue = new Int32Array(0);
+    }
+  }
+
+  termId(term: string): number {
+    const id = this.dict.get(term);
+    return id === undefined ? -1 : id;
+  }
+
+  lengthOf(doc: number): number {
+    return doc < this.lengths.length ? this.lengths[doc] : 0;
+  }
+
+  // ---- write path ----
+
+  beginDoc(): void {
+    this.generation++;
+    if (this.generation === 0x7fffffff) {
+      this.stamp.fill(0);
+      this.generation = 1;
+    }
+    this.nLocal = 0;
+    this.nPos = 0;
+    this.tokens = 0;
+  }
+
+  /** A token of a text value (TokenSink), or, for keyword fields, a whole value. */
+  token(term: string, position: number): void {
+    let id = this.dict.get(term);
+    if (id === undefined) id = this.newTerm(term);
+    let s: number;
+    if (this.stamp[id] === this.generation) {
+      s = this.localSlot[id];
+      this.localTf[s]++;
+    } else {
+      s = this.nLocal++;
+      if (s === this.localTerm.length) this.growLocal();
+      this.stamp[id] = this.generation;
+      this.localSlot[id] = s;
+      this.localTerm[s] = id;
+      this.localTf[s] = 1;
+      this.localHead[s] = -1;
+    }
+    if (this.withPositions) {
+      const k = this.nPos++;
+      if (k === this.posValue.length) {
+        this.posValue = grow(this.posValue, k * 2);
+        this.posNext = grow(this.posNext, k * 2);
+      }
+      this.posValue[k] = position;
+      this.posNext[k] = -1;
+      if (this.localHead[s] < 0) this.localHead[s] = k;
+      else this.posNext[this.localTail[s]] = k;
+      this.localTail[s] = k;
+    }
+    this.tokens++;
+  }
+
+  /** Appends the document built since beginDoc to the postings; no-op if it had no tokens. */
+  endDoc(doc: number, forward: ForwardSink): void {
+    const n = this.nLocal;
+    if (n === 0) return;
+    if (doc >= this.lengths.length) this.growDocs(doc);
+    this.lengths[doc] = this.tokens;
+    this.docCount++;
+    this.sumLength += this.tokens;
+    forward.beginField(this.slot, n);
+    let minId = -1;
+    let maxId = -1;
+    for (let s = 0; s < n; s++) {
+      const id = this.localTerm[s];
+      const tf = this.localTf[s];
+      let p = this.postings[id];
+      let len = this.postingsLength[id];
+      if (len + 2 > p.length) {
+        p = grow(p, Math.max(4, p.length * 2));
+        this.postings[id] = p;
+      }
+      p[len] = doc;
+      p[len + 1] = tf;
+      this.postingsLength[id] = len + 2;
+      if (this.withPositions) {
+        let pp = this.positions[id];
+        let plen = this.positionsLength[id];
+        if (plen + tf > pp.length) {
+          pp = grow(pp, Math.max(plen + tf, pp.length * 2, 4));
+          this.positions[id] = pp;
+        }
+        for (let k = this.localHead[s]; k >= 0; k = this.posNext[k]) pp[plen++] = this.posValue[k];
+        this.positionsLength[id] = plen;
+      } else {
+        const t = this.terms[id];
+        if (minId < 0 || t < this.terms[minId]) minId = id;
+        if (maxId < 0 || t > this.terms[maxId]) maxId = id;
+      }
+      this.docFreq[id]++;
+      forward.termId(id);
+    }
+    if (!this.withPositions) {
+      this.minValue[doc] = minId;
+      this.maxValue[doc] = maxId;
+    }
+  }
+
+  /** Undoes a document whose term ids are `fwd[start .. start+count)`; `live[doc]` is already 0. */
+  removeDoc(doc: number, fwd: Int32Array, start: number, count: number, live: Uint8Array): void {
+    const len = this.lengthOf(doc);
+    if (len > 0) {
+      this.docCount--;
+      this.sumLength -= len;
+      this.lengths[doc] = 0;
+    }
+    if (!this.withPositions && doc < this.minValue.length) {
+      this.minValue[doc] = -1;
+      this.maxValue[doc] = -1;
+    }
+    for (let k = start; k < start + count; k++) {
+      const id = fwd[k];
+      this.docFreq[id]--;
+      const dead = ++this.deadCount[id];
+      if (dead >= MIN_DEAD_TO_COMPACT && dead > this.docFreq[id]) this.compactTerm(id, live);
+    }
+  }
+
+  /** Drops the postings of deleted documents from one term. */
+  private compactTerm(id: number, live: Uint8Array): void {
+    const p = this.postings[id];
+    const len = this.postingsLength[id];
+    const pp = this.withPositions ? this.positions[id] : EMPTY;
+    let w = 0;
+    let pr = 0;
+    let pw = 0;
+    for (let r = 0; r < len; r += 2) {
+      const doc = p[r];
+      const tf = p[r + 1];
+      if (live[doc] === 1) {
+        p[w] = doc;
+        p[w + 1] = tf;
+        w += 2;
+        if (this.withPositions) {
+          if (pw !== pr) pp.copyWithin(pw, pr, pr + tf);
+          pw += tf;
+        }
+      }
+      pr += tf;
+    }
+    this.postingsLength[id] = w;
+    if (w * 4 < p.length) this.postings[id] = p.slice(0, Math.max(4, w * 2));
+    if (this.withPositions) {
+      this.positionsLength[id] = pw;
+      if (pw * 4 < pp.length) this.positions[id] = pp.slice(0, Math.max(4, pw * 2));
+    }
+    this.deadCount[id] = 0;
+  }
+
+  /**
+   * Renumbers documents (`newDoc[old]`, -1 = deleted) and drops terms no live document holds;
+   * returns the new id of each old term id (-1 = dropped) so the forward index can follow.
+   */
+  renumber(newDoc: Int32Array, newMaxDoc: number): Int32Array {
+    const termMap = new Int32Array(this.termCount).fill(-1);
+    const old = {
+      terms: this.terms,
+      docFreq: this.docFreq,
+      postings: this.postings,
+      postingsLength: this.postingsLength,
+      positions: this.positions,
+      positionsLength: this.positionsLength,
+    };
+    const count = this.termCount;
+    this.dict.clear();
+    this.terms = [];
+    this.termCount = 0;
+    this.postings = [];
+    this.positions = [];
+    const cap = Math.max(16, count);
+    this.docFreq = new Int32Array(cap);
+    this.deadCount = new Int32Array(cap);
+    this.postingsLength = new Int32Array(cap);
+    this.positionsLength = new Int32Array(cap);
+    this.stamp = new Int32Array(cap);
+    this.localSlot = new Int32Array(cap);
+    this.generation = 0;
+    for (let t = 0; t < count; t++) {
+      if (old.docFreq[t] === 0) continue;
+      const id = this.termCount++;
+      termMap[t] = id;
+      const term = old.terms[t];
+      this.terms.push(term);
+      this.dict.set(term, id);
+      const p = old.postings[t];
+      const len = old.postingsLength[t];
+      const pp = this.withPositions ? old.positions[t] : EMPTY;
+      const np = new Int32Array(old.docFreq[t] * 2);
+      const npp = this.withPositions ? new Int32Array(old.positionsLength[t]) : EMPTY;
+      let w = 0;
+      let pr = 0;
+      let pw = 0;
+      for (let r = 0; r < len; r += 2) {
+        const nd = newDoc[p[r]];
+        const tf = p[r + 1];
+        if (nd >= 0) {
+          np[w] = nd;
+          np[w + 1] = tf;
+          w += 2;
+          if (this.withPositions) {
+            npp.set(pp.subarray(pr, pr + tf), pw);
+            pw += tf;
+          }
+        }
+        pr += tf;
+      }
+      this.postings.push(np);
+      this.postingsLength[id] = w;
+      this.docFreq[id] = old.docFreq[t];
+      if (this.withPositions) {
+        this.positions.push(pw === npp.length ? npp : npp.slice(0, pw));
+        this.positionsLength[id] = pw;
+      } else {
+        this.positions.push(EMPTY);
+      }
+    }
+    const lengths = new Int32Array(newMaxDoc);
+    const minValue = this.withPositions ? EMPTY : new Int32Array(newMaxDoc).fill(-1);
+    const maxValue = this.withPositions ? EMPTY : new Int32Array(newMaxDoc).fill(-1);
+    const limit = Math.min(this.lengths.length, newDoc.length);
+    for (let d = 0; d < limit; d++) {
+      const nd = newDoc[d];
+      if (nd < 0) continue;
+      lengths[nd] = this.lengths[d];
+      if (!this.withPositions && this.minValue[d] >= 0) {
+        minValue[nd] = termMap[this.minValue[d]];
+        maxValue[nd] = termMap[this.maxValue[d]];
+      }
+    }
+    this.lengths = lengths;
+    this.minValue = minValue;
+    this.maxValue = maxValue;
+    this.sortedCache = null;
+    this.rankCache = null;
+    return termMap;
+  }
+
+  // ---- read path ----
+
+  /** Term ids ordered by term (UTF-16 code units), for prefix and keyword range queries. */
+  sortedTermIds(): Int32Array {
+    if (this.sortedCache !== null && this.sortedCache.length === this.termCount) return this.sortedCache;
+    const ids = Array.from({ length: this.termCount }, (_, i) => i);
+    const terms = this.terms;
+    ids.sort((a, b) => (terms[a] < terms[b] ? -1 : terms[a] > terms[b] ? 1 : 0));
+    this.sortedCache = Int32Array.from(ids);
+    this.rankCache = null;
+    return this.sortedCache;
+  }
+
+  /** The rank of each term id in term order: sorting documents by rank sorts them by value. */
+  termRanks(): Int32Array {
+    const sorted = this.sortedTermIds();
+    if (this.rankCache === null) {
+      const ranks = new Int32Array(sorted.length);
+      for (let r = 0; r < sorted.length; r++) ranks[sorted[r]] = r;
+      this.rankCache = ranks;
+    }
+    return this.rankCache;
+  }
+
+  /** Index in sortedTermIds() of the first term >= `term` (or > `term` when `after`). */
+  seek(term: string, after: boolean): number {
+    const ids = this.sortedTermIds();
+    let lo = 0;
+    let hi = ids.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const t = this.terms[ids[mid]];
+      if (t < term || (after && t === term)) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  // ---- growth ----
+
+  private newTerm(term: string): number {
+    const id = this.termCount++;
+    if (id === this.docFreq.length) {
+      const cap = id * 2;
+      this.docFreq = grow(this.docFreq, cap);
+      this.deadCount = grow(this.deadCount, cap);
+      this.postingsLength = grow(this.postingsLength, cap);
+      this.positionsLength = grow(this.positionsLength, cap);
+      this.stamp = grow(this.stamp, cap);
+      this.localSlot = grow(this.localSlot, cap);
+    }
+    // A token is a slice of the analyzed field value; copying it keeps the dictionary from
+    // holding whole document strings alive through V8's sliced strings.
+    const own = term.length >= 13 ? (' ' + term).slice(1) : term;
+    this.dict.set(own, id);
+    this.terms.push(own);
+    this.postings.push(new Int32Array(2));
+    this.positions.push(this.withPositions ? new Int32Array(2) : EMPTY);
+    return id;
+  }
+
+  private growLocal(): void {
+    const cap = this.localTerm.length * 2;
+    this.localTerm = grow(this.localTerm, cap);
+    this.localTf = grow(this.localTf, cap);
+    this.localHead = grow(this.localHead, cap);
+    this.localTail = grow(this.localTail, cap);
+  }
+
+  private growDocs(doc: number): void {
+    const cap = Math.max(doc + 1, this.lengths.length * 2, 1024);
+    this.lengths = grow(this.lengths, cap);
+    if (!this.withPositions) {
+      const old = this.minValue.length;
+      this.minValue = grow(this.minValue, cap);
+      this.maxValue = grow(this.maxValue, cap);
+      this.minValue.fill(-1, old);
+      this.maxValue.fill(-1, old);
+    }
+  }
+}
+
+export function grow(a: Int32Array, capacity: number): Int32Array<ArrayBuffer> {
+  const b = new Int32Array(capacity);
+  b.set(a.subarray(0, Math.min(a.length, capacity)));
+  return b;
+}

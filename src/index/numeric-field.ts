@@ -1,0 +1,67 @@
+// Doc values of a number or date field (dates as epoch ms): one float64 column indexed by
+// document number, NaN where a document has no value. A document with several values keeps the
+// least in the column (what an ascending sort uses, as Elasticsearch's default sort mode) and all
+// of them, sorted, in a side table (ranges match if any value does; descending sorts use the
+// greatest).
+
+export class NumericField {
+  readonly kind = 'number' as const;
+  values = new Float64Array(0);
+  multi: Map<number, Float64Array> | null = null;
+  /** Live documents with at least one value. */
+  docCount = 0;
+
+  constructor(
+    readonly key: string,
+    readonly slot: number,
+  ) {}
+
+  /** Sets the values of a new document from `scratch[0 .. n)`; no-op when n is 0. */
+  set(doc: number, scratch: Float64Array, n: number): void {
+    if (n === 0) return;
+    if (doc >= this.values.length) {
+      const cap = Math.max(doc + 1, this.values.length * 2, 1024);
+      const next = new Float64Array(cap);
+      next.set(this.values);
+      next.fill(NaN, this.values.length);
+      this.values = next;
+    }
+    this.docCount++;
+    if (n === 1) {
+      this.values[doc] = scratch[0];
+      return;
+    }
+    const all = scratch.slice(0, n).sort();
+    this.values[doc] = all[0];
+    (this.multi ??= new Map()).set(doc, all);
+  }
+
+  remove(doc: number): void {
+    if (doc >= this.values.length || Number.isNaN(this.values[doc])) return;
+    this.values[doc] = NaN;
+    this.docCount--;
+    this.multi?.delete(doc);
+  }
+
+  /** The value a sort in `order` uses (NaN = none). */
+  sortValue(doc: number, order: 'asc' | 'desc'): number {
+    if (doc >= this.values.length) return NaN;
+    if (order === 'desc' && this.multi !== null) {
+      const all = this.multi.get(doc);
+      if (all !== undefined) return all[all.length - 1];
+    }
+    return this.values[doc];
+  }
+
+  renumber(newDoc: Int32Array, newMaxDoc: number): void {
+    const values = new Float64Array(newMaxDoc).fill(NaN);
+    const limit = Math.min(this.values.length, newDoc.length);
+    for (let d = 0; d < limit; d++) if (newDoc[d] >= 0) values[newDoc[d]] = this.values[d];
+    if (this.multi !== null) {
+      const multi = new Map<number, Float64Array>();
+      for (const [d, all] of this.multi) if (newDoc[d] >= 0) multi.set(newDoc[d], all);
+      this.multi = multi.size > 0 ? multi : null;
+    }
+    this.values = values;
+  }
+}

@@ -1,0 +1,574 @@
+// The search index of one replica of one shard: pure in-memory, fed by the replica on every
+// applied add and delete (and, at open, with every stored document), queried in the two phases
+// of a distributed search: search() for the top ids with their sort values, fetch() for stored
+// fields. collectStats()/search(..., globalStats) give dfs_query_then_fetch scoring.
+//
+// Documents get increasing internal numbers; replacing one deletes the old number and adds a new
+// one. A deleted number is dead at once (live[] is checked on every read, statistics count live
+// documents only) and its postings are dropped lazily; when dead numbers outnumber live ones the
+// whole index is renumbered (compact()).
+
+import { ShardexError } from '../errors.js';
+import { Analyzer } from './analyzer.js';
+import { checkDocument, parseFieldList, projectFields, type StoredDoc } from './document.js';
+import { QueryExecutor, type IndexView } from './execute.js';
+import { AccumulatorPool, restrict, type Matches } from './matches.js';
+import { grow, InvertedField, type ForwardSink } from './inverted-field.js';
+import { NumericField } from './numeric-field.js';
+import { MATCH_ALL, type Query } from './query.js';
+import { parseQuery } from './query-parser.js';
+import { KEYWORD_SUFFIX, RESERVED_DOC_KEYS, type CollectionSchema } from './schema.js';
+import { compareIds, parseSort, type SortKey, type SortSpec, type SortValue } from './sort.js';
+import { selectTop, type SortColumn } from './top-hits.js';
+import { StatsLookup, type FieldStats, type IndexStats, type SortFieldStats, type TermStats } from './stats.js';
+import { toDate, toNumber } from './values.js';
+
+/** Position gap between the values of a multi-valued text field (Solr's positionIncrementGap). */
+export const POSITION_GAP = 100;
+export const DEFAULT_LIMIT = 10;
+/** offset + limit may not exceed this (Elasticsearch's index.max_result_window). */
+export const MAX_RESULT_WINDOW = 10_000;
+/** Dead document numbers tolerated before compact() runs by itself (and only if they outnumber live ones). */
+const MIN_DEAD_TO_COMPACT = 1024;
+
+/** Reads a stored document for fetch() (the replica's document store, typically). */
+export type DocLookup = (id: string) => StoredDoc | null | undefined | Promise<StoredDoc | null | undefined>;
+
+export interface ShardIndexOptions {
+  /** Where fetch() reads stored fields; without it, serve them from the document store directly. */
+  readonly lookup?: DocLookup;
+}
+
+export interface SearchRequest {
+  /** Query string (see query-parser.ts) or a parsed query; default `*`. */
+  readonly q?: string | Query;
+  /** Filter queries: restrict the matches without scoring. */
+  readonly filters?: readonly (string | Query)[];
+  /** Solr syntax (`price desc,ts asc`) or a parsed spec; default `score desc`. */
+  readonly sort?: string | SortSpec;
+  readonly offset?: number;
+  /** Default 10. */
+  readonly limit?: number;
+  /** Per-field score multipliers (by field key), over the schema's boosts. */
+  readonly boosts?: Readonly<Record<string, number>>;
+  /** Operator between clauses written side by side; default 'OR'. */
+  readonly defaultOperator?: 'OR' | 'AND';
+}
+
+export interface SearchHit {
+  readonly id: string;
+  readonly score: number;
+  /** One value per sort key (null = missing); dates as epoch ms. */
+  readonly sortValues: SortValue[];
+}
+
+export interface ShardSearchResult {
+  /** Every match of q and the filters. */
+  readonly total: number;
+  /** The top offset + limit hits, best first (phase 1: the coordinator applies the offset). */
+  readonly hits: SearchHit[];
+}
+
+type FieldPlan =
+  | { readonly kind: 'text' | 'keyword'; readonly field: InvertedField }
+  | { readonly kind: 'number' | 'date'; readonly field: NumericField }
+  | { readonly kind: 'dynamic'; readonly name: string; text: InvertedField | null; keyword: InvertedField | null; number: NumericField | null };
+
+const EMPTY_FORWARD = new Int32Array(0);
+
+export class ShardIndex implements IndexView, ForwardSink {
+  readonly schema: CollectionSchema;
+  private readonly analyzer: Analyzer;
+  private readonly lookup: DocLookup | undefined;
+
+  private readonly idToDoc = new Map<string, number>();
+  private ids: (string | undefined)[] = [];
+  live = new Uint8Array(1024);
+  /** Per document: [slot, count, termId x count, ...] of every field it touched. */
+  private forward: (Int32Array | undefined)[] = [];
+  maxDoc = 0;
+  private liveCount = 0;
+  private deadDocs = 0;
+
+  private readonly plans = new Map<string, FieldPlan>();
+  private readonly slots: (InvertedField | NumericField)[] = [];
+  private readonly invertedByKey = new Map<string, InvertedField>();
+  private readonly numericByKey = new Map<string, NumericField>();
+  private defaultFields: InvertedField[] | null = null;
+  readonly accumulators = new AccumulatorPool();
+
+  // write-path scratch
+  private fwd = new Int32Array(256);
+  private fwdLen = 0;
+  private numbers = new Float64Array(16);
+
+  constructor(schema: CollectionSchema, options: ShardIndexOptions = {}) {
+    this.schema = schema;
+    this.analyzer = schema.analyzer;
+    this.lookup = options.lookup;
+    for (const def of schema.fields.values()) {
+      if (def.type === 'text' || def.type === 'keyword') {
+        this.plans.set(def.name, { kind: def.type, field: this.newInverted(def.name, def.type === 'text') });
+      } else {
+        this.plans.set(def.name, { kind: def.type, field: this.newNumeric(def.name) });
+      }
+    }
+  }
+
+  /** Live documents. */
+  get size(): number {
+    return this.liveCount;
+  }
+
+  has(id: string): boolean {
+    return this.idToDoc.has(id);
+  }
+
+  // ---- write path ----
+
+  /** Indexes `doc` under `id`, replacing any earlier version; a bad document changes nothing. */
+  add(id: string, doc: StoredDoc): void {
+    if (typeof id !== 'string' || id.length === 0) throw new ShardexError('SHX_BAD_ID', 'a document id must be a non-empty string');
+    checkDocument(this.schema, doc);
+    const old = this.idToDoc.get(id);
+    if (old !== undefined) this.removeDoc(old);
+    const d = this.maxDoc++;
+    if (d >= this.live.length) {
+      const live = new Uint8Array(this.live.length * 2);
+      live.set(this.live);
+      this.live = live;
+    }
+    this.fwdLen = 0;
+    for (const key in doc) {
+      if (!Object.hasOwn(doc, key) || RESERVED_DOC_KEYS.has(key)) continue;
+      const v = doc[key];
+      if (v === null || v === undefined) continue;
+      this.indexValue(d, key, v);
+    }
+    this.forward[d] = this.fwdLen === 0 ? EMPTY_FORWARD : this.fwd.slice(0, this.fwdLen);
+    this.ids[d] = id;
+    this.live[d] = 1;
+    this.idToDoc.set(id, d);
+    this.liveCount++;
+    this.maybeCompact();
+  }
+
+  /** Removes the document; false when there was none. */
+  delete(id: string): boolean {
+    const d = this.idToDoc.get(id);
+    if (d === undefined) return false;
+    this.removeDoc(d);
+    this.maybeCompact();
+    return true;
+  }
+
+  /** Renumbers the live documents densely and drops every dead posting and unused term. */
+  compact(): void {
+    const newDoc = new Int32Array(this.maxDoc).fill(-1);
+    let n = 0;
+    for (let d = 0; d < this.maxDoc; d++) if (this.live[d] === 1) newDoc[d] = n++;
+    const termMaps: (Int32Array | null)[] = [];
+    for (const f of this.slots) {
+      if (f.kind === 'inverted') termMaps.push(f.renumber(newDoc, n));
+      else {
+        f.renumber(newDoc, n);
+        termMaps.push(null);
+      }
+    }
+    const ids: (string | undefined)[] = new Array(n);
+    const forward: (Int32Array | undefined)[] = new Array(n);
+    const live = new Uint8Array(Math.max(1024, n * 2));
+    for (let d = 0; d < this.maxDoc; d++) {
+      const nd = newDoc[d];
+      if (nd < 0) continue;
+      const id = this.ids[d] as string;
+      ids[nd] = id;
+      live[nd] = 1;
+      this.idToDoc.set(id, nd);
+      const fwd = this.forward[d] as Int32Array;
+      for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
+        const map = termMaps[fwd[i]];
+        if (map === null) continue;
+        for (let k = i + 2; k < i + 2 + fwd[i + 1]; k++) fwd[k] = map[fwd[k]];
+      }
+      forward[nd] = fwd;
+    }
+    this.ids = ids;
+    this.forward = forward;
+    this.live = live;
+    this.maxDoc = n;
+    this.deadDocs = 0;
+  }
+
+  private maybeCompact(): void {
+    if (this.deadDocs >= MIN_DEAD_TO_COMPACT && this.deadDocs > this.liveCount) this.compact();
+  }
+
+  private removeDoc(d: number): void {
+    this.live[d] = 0;
+    const fwd = this.forward[d] as Int32Array;
+    for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
+      const f = this.slots[fwd[i]];
+      if (f.kind === 'inverted') f.removeDoc(d, fwd, i + 2, fwd[i + 1], this.live);
+      else f.remove(d);
+    }
+    this.idToDoc.delete(this.ids[d] as string);
+    this.forward[d] = undefined;
+    this.ids[d] = undefined;
+    this.liveCount--;
+    this.deadDocs++;
+  }
+
+  private indexValue(d: number, key: string, v: unknown): void {
+    const plan = this.plans.get(key) ?? this.newDynamicPlan(key);
+    switch (plan.kind) {
+      case 'text':
+        plan.field.beginDoc();
+        this.analyzeInto(plan.field, v);
+        plan.field.endDoc(d, this);
+        return;
+      case 'keyword': {
+        const f = plan.field;
+        f.beginDoc();
+        if (Array.isArray(v)) {
+          for (const item of v) if (item !== null && item !== undefined) f.token(stringOf(item), 0);
+        } else {
+          f.token(stringOf(v), 0);
+        }
+        f.endDoc(d, this);
+        return;
+      }
+      case 'number':
+      case 'date': {
+        const toValue = plan.kind === 'number' ? toNumber : toDate;
+        let n = 0;
+        if (Array.isArray(v)) {
+          for (const item of v) if (item !== null && item !== undefined) n = this.pushNumber(n, toValue(item));
+        } else {
+          n = this.pushNumber(n, toValue(v));
+        }
+        this.setNumbers(plan.field, d, n);
+        return;
+      }
+      case 'dynamic':
+        this.indexDynamic(plan, d, v);
+        return;
+    }
+  }
+
+  /** An undeclared field: strings (and booleans) to text `f` + keyword `f.keyword`, numbers to number `f`. */
+  private indexDynamic(plan: FieldPlan & { kind: 'dynamic' }, d: number, v: unknown): void {
+    if (!Array.isArray(v)) {
+      if (typeof v === 'number') {
+        plan.number ??= this.newNumeric(plan.name);
+        this.setNumbers(plan.number, d, this.pushNumber(0, v));
+        return;
+      }
+      const s = stringOf(v);
+      const text = (plan.text ??= this.newInverted(plan.name, true));
+      const kw = (plan.keyword ??= this.newInverted(plan.name + KEYWORD_SUFFIX, false));
+      text.beginDoc();
+      this.analyzer.analyze(s, 0, text);
+      text.endDoc(d, this);
+      kw.beginDoc();
+      kw.token(s, 0);
+      kw.endDoc(d, this);
+      return;
+    }
+    let strings = 0;
+    let n = 0;
+    for (const item of v) {
+      if (item === null || item === undefined) continue;
+      if (typeof item === 'number') n = this.pushNumber(n, item);
+      else strings++;
+    }
+    if (strings > 0) {
+      const text = (plan.text ??= this.newInverted(plan.name, true));
+      const kw = (plan.keyword ??= this.newInverted(plan.name + KEYWORD_SUFFIX, false));
+      text.beginDoc();
+      kw.beginDoc();
+      let pos = 0;
+      for (const item of v) {
+        if (item === null || item === undefined || typeof item === 'number') continue;
+        const s = stringOf(item);
+        pos = this.analyzer.analyze(s, pos, text) + POSITION_GAP;
+        kw.token(s, 0);
+      }
+      text.endDoc(d, this);
+      kw.endDoc(d, this);
+    }
+    if (n > 0) {
+      plan.number ??= this.newNumeric(plan.name);
+      this.setNumbers(plan.number, d, n);
+    }
+  }
+
+  private analyzeInto(f: InvertedField, v: unknown): void {
+    if (!Array.isArray(v)) {
+      this.analyzer.analyze(stringOf(v), 0, f);
+      return;
+    }
+    let pos = 0;
+    for (const item of v) {
+      if (item !== null && item !== undefined) pos = this.analyzer.analyze(stringOf(item), pos, f) + POSITION_GAP;
+    }
+  }
+
+  private pushNumber(n: number, value: number): number {
+    if (n === this.numbers.length) {
+      const next = new Float64Array(n * 2);
+      next.set(this.numbers);
+      this.numbers = next;
+    }
+    this.numbers[n] = value;
+    return n + 1;
+  }
+
+  private setNumbers(f: NumericField, d: number, n: number): void {
+    if (n === 0) return;
+    f.set(d, this.numbers, n);
+    this.beginField(f.slot, 0);
+  }
+
+  /** ForwardSink: fields record the terms of the document being added. */
+  beginField(slot: number, termCount: number): void {
+    this.ensureForward(2 + termCount);
+    this.fwd[this.fwdLen++] = slot;
+    this.fwd[this.fwdLen++] = termCount;
+  }
+
+  termId(id: number): void {
+    this.fwd[this.fwdLen++] = id;
+  }
+
+  private ensureForward(extra: number): void {
+    if (this.fwdLen + extra > this.fwd.length) this.fwd = grow(this.fwd, Math.max(this.fwd.length * 2, this.fwdLen + extra));
+  }
+
+  private newInverted(key: string, text: boolean): InvertedField {
+    const f = new InvertedField(key, this.slots.length, text);
+    this.slots.push(f);
+    this.invertedByKey.set(key, f);
+    if (text) this.defaultFields = null;
+    return f;
+  }
+
+  private newNumeric(key: string): NumericField {
+    const f = new NumericField(key, this.slots.length);
+    this.slots.push(f);
+    this.numericByKey.set(key, f);
+    return f;
+  }
+
+  private newDynamicPlan(key: string): FieldPlan {
+    const plan: FieldPlan = { kind: 'dynamic', name: key, text: null, keyword: null, number: null };
+    this.plans.set(key, plan);
+    return plan;
+  }
+
+  // ---- IndexView ----
+
+  inverted(key: string): InvertedField | undefined {
+    return this.invertedByKey.get(key);
+  }
+
+  numeric(key: string): NumericField | undefined {
+    return this.numericByKey.get(key);
+  }
+
+  defaultTextFields(): readonly InvertedField[] {
+    if (this.defaultFields === null) {
+      const fields = [...this.invertedByKey.values()].filter((f) => f.withPositions);
+      fields.sort((a, b) => compareIds(a.key, b.key));
+      this.defaultFields = fields;
+    }
+    return this.defaultFields;
+  }
+
+  docOf(id: string): number {
+    return this.idToDoc.get(id) ?? -1;
+  }
+
+  schemaBoost(key: string): number {
+    return this.schema.fields.get(key)?.boost ?? 1;
+  }
+
+  // ---- read path ----
+
+  /** Phase 1: the total and the top offset+limit hits with their sort values. */
+  search(req: SearchRequest = {}, globalStats?: IndexStats): ShardSearchResult {
+    const offset = checkCount('offset', req.offset ?? 0);
+    const limit = checkCount('limit', req.limit ?? DEFAULT_LIMIT);
+    if (offset + limit > MAX_RESULT_WINDOW) {
+      throw new ShardexError('SHX_BAD_REQUEST', `offset + limit must not exceed ${MAX_RESULT_WINDOW}, got ${offset + limit}`);
+    }
+    const parseOptions = { defaultOperator: req.defaultOperator };
+    const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
+    const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
+    const sort = req.sort === undefined || typeof req.sort === 'string' ? parseSort(req.sort, this.schema) : req.sort;
+    const stats = globalStats === undefined ? null : new StatsLookup(globalStats);
+    this.checkSortFields(sort, stats);
+
+    const executor = new QueryExecutor(this, stats, req.boosts);
+    let m = executor.run(q, true);
+    for (const f of filters) {
+      if (m.size === 0) break;
+      m = restrict(m, executor.run(f, false));
+    }
+    const top = this.selectTop(m, offset + limit, sort);
+    const hits: SearchHit[] = new Array(top.length);
+    for (let i = 0; i < top.length; i++) {
+      const doc = m.docs[top[i]];
+      const score = m.scores![top[i]];
+      hits[i] = { id: this.ids[doc] as string, score, sortValues: sort.map((key) => this.sortValue(key, doc, score)) };
+    }
+    return { total: m.size, hits };
+  }
+
+  /** The statistics of the query's scoring terms and of its undeclared sort fields, for mergeStats. */
+  collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {
+    const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, { defaultOperator: req.defaultOperator }) : req.q;
+    const fields = new Map<string, FieldStats>();
+    const terms = new Map<string, TermStats>();
+    const addTerms = (fieldKey: string | null, words: readonly string[]): void => {
+      const targets = fieldKey === null ? this.defaultTextFields() : [this.inverted(fieldKey)];
+      for (const f of targets) {
+        if (f === undefined || f.docCount === 0) continue;
+        fields.set(f.key, { field: f.key, docCount: f.docCount, sumLength: f.sumLength });
+        for (const term of words) {
+          const id = f.termId(term);
+          if (id >= 0 && f.docFreq[id] > 0) terms.set(`${f.key}\u0000${term}`, { field: f.key, term, docFreq: f.docFreq[id] });
+        }
+      }
+    };
+    const walk = (node: Query): void => {
+      if (node.kind === 'term') addTerms(node.field, [node.term]);
+      else if (node.kind === 'phrase') addTerms(node.field, node.terms);
+      else if (node.kind === 'bool') {
+        node.must.forEach(walk);
+        node.should.forEach(walk);
+      }
+    };
+    walk(q);
+    const sortFields: SortFieldStats[] = [];
+    const sort = req.sort === undefined || typeof req.sort === 'string' ? parseSort(req.sort, this.schema) : req.sort;
+    for (const key of sort) if (key.dynamic) sortFields.push({ field: key.field, docCount: this.localSortDocCount(key) });
+    return { fields: [...fields.values()], terms: [...terms.values()], sortFields };
+  }
+
+  /** Phase 2: stored fields of `ids` (those still indexed), through the lookup given at construction. */
+  async fetch(ids: readonly string[], fields?: string | readonly string[] | null): Promise<StoredDoc[]> {
+    const lookup = this.lookup;
+    if (lookup === undefined) throw new ShardexError('SHX_INTERNAL', 'this index has no document lookup: serve stored fields from the document store');
+    const wanted = parseFieldList(fields);
+    const out: StoredDoc[] = [];
+    for (const id of ids) {
+      if (!this.idToDoc.has(id)) continue;
+      const doc = await lookup(id);
+      if (doc !== null && doc !== undefined) out.push(projectFields(id, doc, wanted));
+    }
+    return out;
+  }
+
+  private localSortDocCount(key: SortKey): number {
+    if (key.type === 'number') return this.numeric(key.field)?.docCount ?? 0;
+    return this.inverted(key.field)?.docCount ?? 0;
+  }
+
+  /** An undeclared sort field must hold values somewhere (the collection's stats if given). */
+  private checkSortFields(sort: SortSpec, stats: StatsLookup | null): void {
+    for (const key of sort) {
+      if (!key.dynamic) continue;
+      const count = stats?.sortFieldDocCount(key.field) ?? this.localSortDocCount(key);
+      if (count === 0) {
+        const base = key.field.endsWith(KEYWORD_SUFFIX) ? key.field.slice(0, -KEYWORD_SUFFIX.length) : key.field;
+        throw new ShardexError(
+          'SHX_BAD_REQUEST',
+          `invalid sort: unknown sort field '${key.field}': no document has ${key.type === 'number' ? 'numbers' : 'strings'} there (an undeclared field sorts by its numbers as '${base}' or by its strings as '${base}${KEYWORD_SUFFIX}')`,
+          { details: { param: 'sort', field: key.field } },
+        );
+      }
+    }
+  }
+
+  private sortValue(key: SortKey, doc: number, score: number): SortValue {
+    switch (key.type) {
+      case 'score':
+        return score;
+      case 'id':
+        return this.ids[doc] as string;
+      case 'number': {
+        const v = this.numeric(key.field)?.sortValue(doc, key.order) ?? NaN;
+        return Number.isNaN(v) ? null : v;
+      }
+      case 'keyword': {
+        const f = this.inverted(key.field);
+        if (f === undefined || doc >= f.minValue.length) return null;
+        const t = key.order === 'asc' ? f.minValue[doc] : f.maxValue[doc];
+        return t < 0 ? null : f.terms[t];
+      }
+    }
+  }
+
+  /** Indices into `m` of its best `k` matches in the hit order of sort.ts. */
+  private selectTop(m: Matches, k: number, sort: SortSpec): Int32Array {
+    const n = m.size;
+    if (k === 0 || n === 0) return new Int32Array(0);
+    const docs = m.docs;
+    const ids = this.ids as string[];
+    const columns = sort.map((key) => this.sortColumn(key, m));
+    return selectTop(n, k, columns, (i) => ids[docs[i]]);
+  }
+
+  /** A sort key as one number per match (NaN = missing), or null for the id. */
+  private sortColumn(key: SortKey, m: Matches): SortColumn {
+    const desc = key.order === 'desc';
+    const n = m.size;
+    const docs = m.docs;
+    switch (key.type) {
+      case 'score':
+        return { keys: m.scores as Float64Array, desc };
+      case 'id':
+        return { keys: null, desc };
+      case 'number': {
+        const keys = new Float64Array(n).fill(NaN);
+        const f = this.numeric(key.field);
+        if (f !== undefined) {
+          const values = f.values;
+          const multi = f.multi;
+          for (let i = 0; i < n; i++) {
+            const d = docs[i];
+            if (d >= values.length) continue;
+            keys[i] = desc && multi !== null && multi.has(d) ? f.sortValue(d, 'desc') : values[d];
+          }
+        }
+        return { keys, desc };
+      }
+      case 'keyword': {
+        const keys = new Float64Array(n).fill(NaN);
+        const f = this.inverted(key.field);
+        if (f !== undefined) {
+          const ranks = f.termRanks();
+          const values = desc ? f.maxValue : f.minValue;
+          for (let i = 0; i < n; i++) {
+            const d = docs[i];
+            const t = d < values.length ? values[d] : -1;
+            if (t >= 0) keys[i] = ranks[t];
+          }
+        }
+        return { keys, desc };
+      }
+    }
+  }
+}
+
+function stringOf(v: unknown): string {
+  return typeof v === 'string' ? v : String(v);
+}
+
+function checkCount(name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw new ShardexError('SHX_BAD_REQUEST', `${name} must be a non-negative integer, got ${String(value)}`, { details: { param: name } });
+  }
+  return value;
+}

@@ -1,0 +1,59 @@
+// /api/collections/:c/search: the distributed query, by GET (query string) or POST (JSON).
+import type { FastifyPluginAsync } from 'fastify';
+import { z } from 'zod';
+import type { SearchParams } from '../../distrib/search.js';
+import { ShardexError } from '../../errors.js';
+import { checkCollectionName, zodMessage } from './collections.js';
+
+const intText = (name: string) =>
+  z.union([z.number(), z.string()]).transform((v, ctx) => {
+    const n = typeof v === 'number' ? v : Number(v);
+    if (!Number.isInteger(n) || n < 0) {
+      ctx.addIssue({ code: 'custom', message: `${name} must be a non-negative integer, got ${JSON.stringify(v)}` });
+      return z.NEVER;
+    }
+    return n;
+  });
+
+const boolText = z.union([z.boolean(), z.enum(['true', 'false'])]).transform((v) => v === true || v === 'true');
+const stringList = z.union([z.string(), z.array(z.string())]).transform((v) => (Array.isArray(v) ? v : [v]));
+
+const SearchQuery = z
+  .object({
+    q: z.string().optional(),
+    filter: stringList.optional(),
+    filters: stringList.optional(),
+    sort: z.string().optional(),
+    offset: intText('offset').optional(),
+    limit: intText('limit').optional(),
+    fields: z.union([z.string(), z.array(z.string())]).transform((v) => (Array.isArray(v) ? v.join(',') : v)).optional(),
+    partial: boolText.optional(),
+  })
+  .strict();
+
+export function parseSearchParams(input: unknown): SearchParams {
+  const parsed = SearchQuery.safeParse(input ?? {});
+  if (!parsed.success) throw new ShardexError('SHX_BAD_REQUEST', zodMessage(parsed.error, 'bad search request'));
+  const p = parsed.data;
+  const filters = [...(p.filter ?? []), ...(p.filters ?? [])];
+  return {
+    ...(p.q !== undefined && { q: p.q }),
+    ...(filters.length > 0 && { filters }),
+    ...(p.sort !== undefined && { sort: p.sort }),
+    ...(p.offset !== undefined && { offset: p.offset }),
+    ...(p.limit !== undefined && { limit: p.limit }),
+    ...(p.fields !== undefined && { fields: p.fields }),
+    ...(p.partial !== undefined && { partial: p.partial }),
+  };
+}
+
+export const searchRoutes: FastifyPluginAsync = async (app) => {
+  app.get<{ Params: { c: string } }>('/api/collections/:c/search', async (req) => {
+    const c = checkCollectionName(req.params.c);
+    return app.shardex.search(c, parseSearchParams(req.query));
+  });
+  app.post<{ Params: { c: string } }>('/api/collections/:c/search', async (req) => {
+    const c = checkCollectionName(req.params.c);
+    return app.shardex.search(c, parseSearchParams(req.body));
+  });
+};
