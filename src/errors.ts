@@ -19,6 +19,7 @@ export const ERRORS = {
   SHX_BODY_TOO_LARGE: { status: 413, retryable: false },
   SHX_UNSUPPORTED_MEDIA: { status: 415, retryable: false },
   SHX_BUSY: { status: 429, retryable: true },
+  SHX_SNAPSHOT_BEHIND: { status: 409, retryable: false },
   SHX_INTERNAL: { status: 500, retryable: false },
   SHX_NOT_LEADER: { status: 503, retryable: true },
   SHX_NO_LEADER: { status: 503, retryable: true },

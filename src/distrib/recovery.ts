@@ -18,6 +18,8 @@ export interface PeerLogInfo {
   readonly trimmedThrough: number;
   /** How the peer (the leader) sees the asking replica's state. */
   readonly replicaState?: string;
+  /** The peer's latest commit point (what snapshot readers copy). */
+  readonly commit?: { readonly version: number; readonly at: number };
 }
 
 /** What recovery needs from a peer; implemented over gRPC by the node. */

@@ -7,7 +7,20 @@
 //   fetch   only the shards owning the page's ids are asked for their stored fields.
 // Shards are asked in parallel; with `partial`, a shard that fails is reported, not fatal.
 import { ShardexError } from '../errors.js';
-import { mergeStats, parseSort, type CollectionSchema, type IndexStats, type ShardSearchResult, type StoredDoc } from '../index/index.js';
+import {
+  DEFAULT_LIMIT,
+  mergeStats,
+  parseFieldList,
+  parseSort,
+  projectFields,
+  type CollectionSchema,
+  type IndexStats,
+  type SearchRequest,
+  type ShardIndex,
+  type ShardSearchResult,
+  type StoredDoc,
+} from '../index/index.js';
+import type { ReplicaStore } from '../ulog/index.js';
 import { mergeSearchResults } from './search-merge.js';
 
 export interface SearchParams {
@@ -95,4 +108,40 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
     },
     tookMs: Math.round((performance.now() - t0) * 100) / 100,
   };
+}
+
+/** One phase of a distributed search, as a shard's replica (or a snapshot reader) receives it. */
+export type ShardPhaseRequest =
+  | { kind: 'stats'; collection: string; shard: string; params: SearchParams }
+  | { kind: 'query'; collection: string; shard: string; params: SearchParams; stats: IndexStats }
+  | { kind: 'fetch'; collection: string; shard: string; ids: string[]; fields?: string };
+
+/** A shard's phase 1 asks for the top offset+limit; the coordinator applies the offset. */
+function shardRequest(params: SearchParams): SearchRequest {
+  return {
+    ...(params.q !== undefined && { q: params.q }),
+    ...(params.filters && { filters: params.filters }),
+    ...(params.sort !== undefined && { sort: params.sort }),
+    offset: 0,
+    limit: (params.offset ?? 0) + (params.limit ?? DEFAULT_LIMIT),
+  };
+}
+
+/** Serves one search phase from a shard's index and document store (node replica or reader copy). */
+export async function servePhase(req: ShardPhaseRequest, index: ShardIndex, store: Pick<ReplicaStore, 'getMany'>): Promise<unknown> {
+  switch (req.kind) {
+    case 'stats':
+      return index.collectStats(shardRequest(req.params));
+    case 'query':
+      return index.search(shardRequest(req.params), req.stats);
+    case 'fetch': {
+      const entries = await store.getMany(req.ids);
+      const wanted = parseFieldList(req.fields);
+      const out: StoredDoc[] = [];
+      entries.forEach((e, i) => {
+        if (e && e.doc !== null) out.push(projectFields(req.ids[i]!, e.doc as StoredDoc, wanted));
+      });
+      return out;
+    }
+  }
 }

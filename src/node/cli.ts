@@ -7,7 +7,7 @@ import { ShardexError } from '../errors.js';
 import { DevCluster } from './dev-cluster.js';
 import { createLogger } from './logger.js';
 import { registerClientCommands } from './cli-client.js';
-import { runNode } from './run-node.js';
+import { runNode, runReader, type RunReaderOptions } from './run-node.js';
 
 const out = (line: string): void => void process.stdout.write(line + '\n');
 
@@ -62,7 +62,8 @@ program
   .option('--data <dir>', 'data directory', './data')
   .option('--shards <n>', 'shards of the "docs" collection created at start', intArg('--shards', 1, 256), 2)
   .option('--replicas <n>', 'replication factor of "docs"', intArg('--replicas', 1, 32), 2)
-  .action(async (o: { nodes: number; port: number; data: string; shards: number; replicas: number }) => {
+  .option('--readers <n>', 'snapshot readers to start (default group)', intArg('--readers', 0, 32), 0)
+  .action(async (o: { nodes: number; port: number; data: string; shards: number; replicas: number; readers: number }) => {
     const dataDir = resolve(o.data);
     const logFile = resolve(dataDir, 'shardex.log');
     const logger = createLogger({ file: logFile });
@@ -72,6 +73,7 @@ program
       port: o.port,
       dataDir,
       logger,
+      readers: o.readers,
       collection: { name: 'docs', numShards: o.shards, replicationFactor: Math.min(o.replicas, o.nodes), router: 'compositeId', autoCommitMs: 15_000 },
     });
     const shutdown = async (): Promise<void> => {
@@ -91,6 +93,7 @@ program
     const first = cluster.urls[0];
     out('Shardex local cluster is up:');
     for (const n of cluster.nodes) out(`  ${n.name}  ${n.httpUrl}  (gRPC ${n.grpcAddress})`);
+    for (const r of cluster.readers) out(`  ${r.name}  ${r.httpUrl}  snapshot reader, group ${r.group}`);
     out(`collection "docs": ${o.shards} shards x ${Math.min(o.replicas, o.nodes)} replicas`);
     out('try:');
     out(`  curl -s -XPOST '${first}/api/collections/docs/docs' -H 'content-type: application/json' -d '[{"id":"1","title":"hello shardex"}]'`);
@@ -112,6 +115,24 @@ program
   .option('--log-retention <n>', 'update-log entries kept per shard for peer sync', intArg('--log-retention', 100, 100_000_000), 100_000)
   .action(async (o: { zk: string; port: number; grpcPort?: number; data: string; name?: string; host: string; zkTimeout: number; logRetention: number }) => {
     await runNode(o);
+  });
+
+program
+  .command('reader')
+  .description('start a snapshot reader: serves eventual reads from commit-point snapshots')
+  .requiredOption('--zk <connect>', 'ZooKeeper connect string host:port[,host:port]/chroot')
+  .option('--group <name>', 'reader group', 'default')
+  .option('--port <port>', 'HTTP port (health, metrics)', intArg('--port', 0, 65535), 8990)
+  .option('--grpc-port <port>', 'gRPC port (default: HTTP port + 1000)', intArg('--grpc-port', 0, 65535))
+  .option('--data <dir>', 'cache directory', './data/reader')
+  .option('--name <name>', 'reader name (default: host_port)')
+  .option('--host <host>', 'address to bind and advertise', '127.0.0.1')
+  .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
+  .option('--snapshot-expiry <ms>', 'refresh a cached shard once its snapshot is this old', intArg('--snapshot-expiry', 0, 86_400_000), 60_000)
+  .option('--disk-budget <bytes>', 'evict least recently used shards past this size', intArg('--disk-budget', 1, Number.MAX_SAFE_INTEGER))
+  .option('--max-scans <n>', 'concurrent scans', intArg('--max-scans', 1, 1024), 8)
+  .action(async (o: RunReaderOptions) => {
+    await runReader(o);
   });
 
 registerClientCommands(program);

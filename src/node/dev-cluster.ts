@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import { MemoryZNodeServer } from '../coordination/memory-store.js';
 import type { CollectionSpec } from '../coordination/index.js';
+import { SnapshotReader, type SnapshotReaderOptions } from '../read/snapshot-reader.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
 
 export interface DevClusterOptions {
@@ -18,11 +19,16 @@ export interface DevClusterOptions {
   readonly collection?: CollectionSpec;
   /** Extra options for every node (tests shorten retries with these). */
   readonly nodeOptions?: Partial<ShardexNodeOptions>;
+  /** Snapshot readers to start in the default group. */
+  readonly readers?: number;
+  /** Extra options for every reader. */
+  readonly readerOptions?: Partial<SnapshotReaderOptions>;
 }
 
 export class DevCluster {
   readonly server: MemoryZNodeServer;
   readonly nodes: ShardexNode[] = [];
+  readonly readers: SnapshotReader[] = [];
   private readonly o: DevClusterOptions;
 
   constructor(opts: DevClusterOptions) {
@@ -49,8 +55,30 @@ export class DevCluster {
     return node;
   }
 
+  /** Starts a snapshot reader named `reader<i+1>` (also used to restart one). */
+  async startReader(i: number, options: Partial<SnapshotReaderOptions> = {}): Promise<SnapshotReader> {
+    const name = `reader${i + 1}`;
+    const coordinator = new ClusterCoordinator({ store: this.server.connect({ chroot: '/shardex' }), logger: this.o.logger.child({ node: name }) });
+    const reader = new SnapshotReader({
+      name,
+      host: this.o.host ?? '127.0.0.1',
+      httpPort: this.o.port === 0 ? 0 : this.o.port + 100 + i,
+      grpcPort: this.o.port === 0 ? 0 : this.o.port + 1100 + i,
+      dataDir: join(this.o.dataDir, name),
+      coordinator,
+      logger: this.o.logger,
+      snapshotExpiryMs: 5000,
+      ...this.o.readerOptions,
+      ...options,
+    });
+    await reader.start();
+    this.readers[i] = reader;
+    return reader;
+  }
+
   async start(): Promise<void> {
     for (let i = 0; i < this.o.nodes; i++) await this.startNode(i);
+    for (let i = 0; i < (this.o.readers ?? 0); i++) await this.startReader(i);
     const spec = this.o.collection;
     const first = this.nodes[0]!;
     if (spec && !first.coordinator.collection(spec.name)) await first.createCollection(spec);
@@ -65,6 +93,7 @@ export class DevCluster {
   }
 
   async stop(): Promise<void> {
+    for (const r of this.readers) await r?.stop().catch(() => undefined);
     for (const n of this.nodes) await n?.stop().catch(() => undefined);
     await this.server.close();
   }

@@ -10,23 +10,15 @@ import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
-import { distributedSearch, type SearchParams, type SearchResponse, type ShardSearcher } from '../distrib/search.js';
-import {
-  DEFAULT_LIMIT,
-  parseFieldList,
-  parseSchema,
-  projectFields,
-  type CollectionSchema,
-  type IndexStats,
-  type SearchRequest,
-  type ShardIndex,
-  type ShardSearchResult,
-  type StoredDoc,
-} from '../index/index.js';
+import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest, type ShardSearcher } from '../distrib/search.js';
+import { parseSchema, type CollectionSchema, type IndexStats, type ShardIndex, type ShardSearchResult, type StoredDoc } from '../index/index.js';
 import { peerSync, syncFrom, syncStart, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
+import { EventualRouter, parseMinVersion, type ServedBy } from '../read/eventual.js';
+import { ReaderSelector } from '../read/selector.js';
+import type { EventualOptions, ReaderAnswer } from '../read/snapshot-reader.js';
 import { ReplicaStore, type CommitPoint, type Doc, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer } from './grpc.js';
 import { buildHttp } from './http/app.js';
@@ -47,6 +39,8 @@ export interface ShardexNodeOptions {
   readonly replicaRetries?: number;
   readonly logRetention?: number;
   readonly callTimeoutMs?: number;
+  /** Scan-server selector profiles (Accumulo's JSON); default: Accumulo's default profile. */
+  readonly selectorProfiles?: unknown;
 }
 
 interface ShardRef {
@@ -67,15 +61,27 @@ export interface ExportRequest {
   readonly limit: number;
 }
 
-type PeerSearchRequest =
-  | ({ kind: 'export' } & ExportRequest)
-  | { kind: 'stats'; collection: string; shard: string; params: SearchParams }
-  | { kind: 'query'; collection: string; shard: string; params: SearchParams; stats: IndexStats }
-  | { kind: 'fetch'; collection: string; shard: string; ids: string[]; fields?: string };
+type PeerSearchRequest = ({ kind: 'export' } & ExportRequest) | ShardPhaseRequest;
 
 export interface GetResult {
-  readonly entry: StoredEntry;
+  /** The document, or undefined when an eventual read found none (servedBy says where it looked). */
+  readonly entry: StoredEntry | undefined;
   readonly shard: string;
+  readonly servedBy?: ServedBy;
+}
+
+export interface ReadOptions {
+  readonly distrib?: boolean;
+  /** immediate (default): the shard leaders; eventual: snapshot readers, chosen by the selector. */
+  readonly consistency?: 'immediate' | 'eventual';
+  readonly scanType?: string;
+  /** One version for every shard, or a shard:version token (see parseMinVersion). */
+  readonly minVersion?: string;
+}
+
+function eventualMin(opts: ReadOptions, shard: string): { minVersion?: number } {
+  const v = parseMinVersion(opts.minVersion)(shard);
+  return v === undefined ? {} : { minVersion: v };
 }
 
 export class ShardexNode {
@@ -96,6 +102,9 @@ export class ShardexNode {
   private stopped = false;
   private readonly forwarded: Counter<'phase'>;
   private readonly recoveries: Counter<'method'>;
+  private readonly eventual: EventualRouter;
+  private readonly selector: ReaderSelector;
+  private readonly commitTimers = new Map<string, NodeJS.Timeout>();
   httpUrl = '';
   grpcAddress = '';
 
@@ -140,6 +149,12 @@ export class ShardexNode {
       onForward: (phase, n) => this.forwarded.inc({ phase }, n),
       isStopping: () => this.stopped,
     });
+    this.selector = new ReaderSelector(opts.selectorProfiles);
+    this.eventual = new EventualRouter({
+      selector: this.selector,
+      readers: () => this.readers(),
+      call: (reader, body, eventual) => this.callReader(reader, body as { method: 'get' | 'search' }, eventual),
+    });
     this.grpcServer = new PeerServer(
       {
         update: (u) => this.onPeerUpdate(u),
@@ -148,10 +163,10 @@ export class ShardexNode {
         commit: (req) => this.commitLocal((req as { collection: string; shard: string }).collection, (req as { shard: string }).shard),
         versions: async (req) => this.onPeerVersions(req as ShardRef & { replica?: string }),
         updatesAfter: async (req) => {
-          const r = req as ShardRef & { after: number; limit: number };
-          return this.localReplica(r.collection, r.shard).store.updatesAfter(r.after, Math.min(r.limit, 10_000));
+          const r = req as ShardRef & { after: number; limit: number; upto?: number };
+          return this.localReplica(r.collection, r.shard).store.updatesAfter(r.after, Math.min(r.limit, 10_000), r.upto);
         },
-        copyShard: (req) => this.onPeerCopy(req as ShardRef),
+        copyShard: (req) => this.onPeerCopy(req as ShardRef & { commit?: boolean }),
       },
       this.log,
     );
@@ -229,7 +244,10 @@ export class ShardexNode {
       await this.coordinator.joinElection(collection, shard, {
         canLead: async () => this.mayLead(replica),
         onElected: (epoch) => void this.takeLeadership(replica, epoch),
-        onLost: () => replica.becomeFollower(),
+        onLost: () => {
+          replica.becomeFollower();
+          this.stopAutoCommit(replica);
+        },
       });
       // A replica that (re)starts catches up from its leader before it counts as active.
       void this.recover(replica);
@@ -254,13 +272,20 @@ export class ShardexNode {
     const state = req.replica
       ? this.coordinator.collection(req.collection)?.shards.find((s) => s.name === req.shard)?.replicas.find((r) => r.node === req.replica)?.state
       : undefined;
-    return { maxVersion: replica.store.maxVersion, trimmedThrough: replica.store.trimmedThrough, ...(state && { replicaState: state }) };
+    const commit = replica.store.lastCommit;
+    return {
+      maxVersion: replica.store.maxVersion,
+      trimmedThrough: replica.store.trimmedThrough,
+      ...(state && { replicaState: state }),
+      ...(commit && { commit }),
+    };
   }
 
-  private async *onPeerCopy(req: ShardRef): AsyncGenerator<StoredEntry[]> {
+  /** A shard's documents in chunks: its current state (recovery) or its latest commit point (readers). */
+  private async *onPeerCopy(req: ShardRef & { commit?: boolean }): AsyncGenerator<StoredEntry[]> {
     const replica = this.localReplica(req.collection, req.shard);
     let chunk: StoredEntry[] = [];
-    for await (const e of replica.store.entries()) {
+    for await (const e of req.commit ? replica.store.commitEntries() : replica.store.entries()) {
       chunk.push(e);
       if (chunk.length === 1000) {
         yield chunk;
@@ -300,6 +325,7 @@ export class ShardexNode {
     if (this.coordinator.leader(replica.collection, replica.shard)?.epoch !== epoch) return;
     replica.state = 'active';
     replica.becomeLeader(epoch);
+    this.startAutoCommit(replica);
     await this.coordinator.setReplicaState(replica.collection, replica.shard, this.name, 'active').catch(() => undefined);
   }
 
@@ -341,6 +367,25 @@ export class ShardexNode {
     } finally {
       replica.recovering = false;
     }
+  }
+
+  /** The leader records a commit point every autoCommit interval (what eventual reads see). */
+  private startAutoCommit(replica: ShardReplica): void {
+    this.stopAutoCommit(replica);
+    const ms = this.coordinator.collection(replica.collection)?.autoCommitMs ?? 0;
+    if (ms <= 0) return;
+    const t = setInterval(() => {
+      if (replica.role !== 'leader' || this.stopped) return;
+      replica.store.commit().catch((err) => this.log.warn({ replica: replica.key, err: (err as Error).message }, 'auto-commit failed'));
+    }, ms);
+    t.unref();
+    this.commitTimers.set(replica.key, t);
+  }
+
+  private stopAutoCommit(replica: ShardReplica): void {
+    const t = this.commitTimers.get(replica.key);
+    if (t) clearInterval(t);
+    this.commitTimers.delete(replica.key);
   }
 
   /** A replica whose term is behind the shard's highest missed acknowledged updates: it may not lead. */
@@ -403,7 +448,7 @@ export class ShardexNode {
   }
 
   /** Real-time get: from the shard leader (distrib), or only from this node's replica. */
-  async get(collection: string, id: string, opts: { distrib?: boolean } = {}): Promise<GetResult | undefined> {
+  async get(collection: string, id: string, opts: ReadOptions = {}): Promise<GetResult | undefined> {
     const state = this.collectionState(collection);
     checkId(id);
     const shard = routerOf(state).route(id).shard;
@@ -412,13 +457,33 @@ export class ShardexNode {
       const entry = local ? await local.store.get(id) : undefined;
       return entry && entry.doc !== null ? { entry, shard } : undefined;
     }
-    const leader = this.coordinator.leader(collection, shard);
-    if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
-    const [entry] =
-      leader.node === this.name
-        ? await this.onPeerGet({ collection, shard, ids: [id] })
-        : await this.peers.call<Array<StoredEntry | null>>(leader.node, 'get', { collection, shard, ids: [id] });
-    return entry && entry.doc !== null ? { entry, shard } : undefined;
+    const fromLeader = async (): Promise<{ node: string; value: Array<StoredEntry | null> }> => {
+      const leader = this.coordinator.leader(collection, shard);
+      if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
+      const value =
+        leader.node === this.name
+          ? await this.onPeerGet({ collection, shard, ids: [id] })
+          : await this.peers.call<Array<StoredEntry | null>>(leader.node, 'get', { collection, shard, ids: [id] });
+      return { node: leader.node, value };
+    };
+    let entries: Array<StoredEntry | null>;
+    let servedBy: ServedBy | undefined;
+    if (opts.consistency === 'eventual') {
+      const r = await this.eventual.run(
+        { collection, shard, ...(opts.scanType !== undefined && { scanType: opts.scanType }), ...eventualMin(opts, shard) },
+        { method: 'get', collection, shard, ids: [id] },
+        fromLeader,
+      );
+      entries = r.value;
+      servedBy = r.servedBy;
+    } else entries = (await fromLeader()).value;
+    const entry = entries[0];
+    return entry && entry.doc !== null ? { entry, shard, ...(servedBy && { servedBy }) } : servedBy ? { entry: undefined, shard, servedBy } : undefined;
+  }
+
+  /** The snapshot readers known to the cluster. */
+  readers(): NodeInfo[] {
+    return this.coordinator.liveNodes().filter((n) => n.role === 'reader');
   }
 
   private async onPeerGet(req: { collection: string; shard: string; ids: string[] }): Promise<Array<StoredEntry | null>> {
@@ -476,45 +541,61 @@ export class ShardexNode {
     return binding.index;
   }
 
-  private shardRequest(params: SearchParams): SearchRequest {
-    return {
-      ...(params.q !== undefined && { q: params.q }),
-      ...(params.filters && { filters: params.filters }),
-      ...(params.sort !== undefined && { sort: params.sort }),
-      offset: 0,
-      limit: (params.offset ?? 0) + (params.limit ?? DEFAULT_LIMIT),
-    };
-  }
-
-  private async fetchLocal(collection: string, shard: string, ids: readonly string[], fields: string | undefined): Promise<StoredDoc[]> {
-    const entries = await this.localReplica(collection, shard).store.getMany(ids);
-    const wanted = parseFieldList(fields);
-    const out: StoredDoc[] = [];
-    entries.forEach((e, i) => {
-      if (e && e.doc !== null) out.push(projectFields(ids[i]!, e.doc as StoredDoc, wanted));
-    });
-    return out;
-  }
-
   /** A distributed search over every shard of the collection, each served by its leader. */
-  async search(collection: string, params: SearchParams): Promise<SearchResponse> {
+  async search(collection: string, params: SearchParams, opts: ReadOptions = {}): Promise<SearchResponse & { servedBy?: Record<string, ServedBy> }> {
     const state = this.collectionState(collection);
     const schema = this.schemaOf(collection);
+    const servedBy: Record<string, ServedBy> = {};
     const searchers: ShardSearcher[] = state.shards.map((s) => {
       const shard = s.name;
-      const remote = <T>(body: PeerSearchRequest): Promise<T> => {
+      const onLeader = async <T>(body: PeerSearchRequest): Promise<{ node: string; value: T }> => {
         const leader = this.coordinator.leader(collection, shard);
-        if (!leader) return Promise.reject(new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`));
-        return leader.node === this.name ? (this.onPeerSearch(body) as Promise<T>) : this.peers.call<T>(leader.node, 'search', body);
+        if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
+        const value = leader.node === this.name ? ((await this.onPeerSearch(body)) as T) : await this.peers.call<T>(leader.node, 'search', body);
+        return { node: leader.node, value };
+      };
+      if (opts.consistency !== 'eventual') {
+        const remote = async <T>(body: PeerSearchRequest): Promise<T> => (await onLeader<T>(body)).value;
+        return {
+          shard,
+          stats: (p) => remote<IndexStats>({ kind: 'stats', collection, shard, params: p }),
+          query: (p, stats) => remote<ShardSearchResult>({ kind: 'query', collection, shard, params: p, stats }),
+          fetch: (ids, fields) => remote<StoredDoc[]>({ kind: 'fetch', collection, shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
+        };
+      }
+      // Eventual: the first phase picks the server of the shard (a reader, or the leader on
+      // fallback); the later phases go to the same one, so all read the same snapshot.
+      let chosen: ServedBy | undefined;
+      const phase = async <T>(body: PeerSearchRequest): Promise<T> => {
+        if (chosen === undefined) {
+          const r = await this.eventual.run<T>(
+            { collection, shard, ...(opts.scanType !== undefined && { scanType: opts.scanType }), ...eventualMin(opts, shard) },
+            { method: 'search', ...body },
+            () => onLeader<T>(body),
+          );
+          chosen = r.servedBy;
+          servedBy[shard] = r.servedBy;
+          return r.value;
+        }
+        if (chosen.fallback) return (await onLeader<T>(body)).value;
+        const ans = await this.callReader<T>(chosen.node, { method: 'search', ...body }, { busyTimeoutMs: 5000 });
+        return ans.result;
       };
       return {
         shard,
-        stats: (p) => remote<IndexStats>({ kind: 'stats', collection, shard, params: p }),
-        query: (p, stats) => remote<ShardSearchResult>({ kind: 'query', collection, shard, params: p, stats }),
-        fetch: (ids, fields) => remote<StoredDoc[]>({ kind: 'fetch', collection, shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
+        stats: (p) => phase<IndexStats>({ kind: 'stats', collection, shard, params: p }),
+        query: (p, stats) => phase<ShardSearchResult>({ kind: 'query', collection, shard, params: p, stats }),
+        fetch: (ids, fields) => phase<StoredDoc[]>({ kind: 'fetch', collection, shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
       };
     });
-    return distributedSearch(schema, searchers, params);
+    const res = await distributedSearch(schema, searchers, params);
+    return opts.consistency === 'eventual' ? { ...res, servedBy } : res;
+  }
+
+  /** One call to a snapshot reader: `body.method` names the RPC (get or search). */
+  private callReader<T>(reader: string, body: { method: 'get' | 'search' } & object, eventual: EventualOptions): Promise<ReaderAnswer<T>> {
+    const { method, ...rest } = body;
+    return this.peers.call<ReaderAnswer<T>>(reader, method, { ...rest, eventual }, eventual.busyTimeoutMs + 30_000);
   }
 
   private async onPeerSearch(req: PeerSearchRequest): Promise<unknown> {
@@ -522,11 +603,9 @@ export class ShardexNode {
       case 'export':
         return this.exportLocal(req);
       case 'stats':
-        return this.searchIndex(req.collection, req.shard).collectStats(this.shardRequest(req.params));
       case 'query':
-        return this.searchIndex(req.collection, req.shard).search(this.shardRequest(req.params), req.stats);
       case 'fetch':
-        return this.fetchLocal(req.collection, req.shard, req.ids, req.fields);
+        return servePhase(req, this.searchIndex(req.collection, req.shard), this.localReplica(req.collection, req.shard).store);
     }
     throw new ShardexError('SHX_BAD_REQUEST', `unknown search request kind ${JSON.stringify((req as { kind?: unknown }).kind)}`);
   }
@@ -563,6 +642,8 @@ export class ShardexNode {
     if (this.stopped) return;
     this.stopped = true;
     this.unsubscribe?.();
+    for (const t of this.commitTimers.values()) clearInterval(t);
+    this.commitTimers.clear();
     await this.syncing;
     for (const r of this.replicas.values()) await this.coordinator.leaveElection(r.collection, r.shard).catch(() => undefined);
     await this.http?.close();

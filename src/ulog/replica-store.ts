@@ -56,6 +56,10 @@ export class ReplicaStore {
   private maxVersionSeen = 0;
   private writeChain: Promise<unknown> = Promise.resolve();
   private commitPoint: CommitPoint | undefined;
+  /** The newest version on disk (maxVersionSeen runs ahead while a batch is being written). */
+  private durableMax = 0;
+  /** LevelDB snapshot of the latest commit point: what snapshot readers copy. */
+  private commitSnapshot: { point: CommitPoint; snapshot: ReturnType<Level<string, string>['snapshot']> } | undefined;
   private trimmed = 0;
 
   private constructor(db: Level<string, string>, retention: number) {
@@ -69,6 +73,9 @@ export class ReplicaStore {
     await db.open();
     const store = new ReplicaStore(db, opts.logRetention ?? 100_000);
     await store.load();
+    store.durableMax = store.maxVersionSeen;
+    // What was on disk at open is committed: readers can serve it after a restart.
+    await store.commit();
     return store;
   }
 
@@ -139,6 +146,7 @@ export class ReplicaStore {
     // disk and concurrent applies never trim the same entries twice. A failed trim fails
     // no write; the next write tries again.
     const trimmed = write.then(() => {
+      if (maxAfter > this.durableMax) this.durableMax = maxAfter;
       this.logCount += applied.length;
       return this.logCount > this.retention * 1.1 ? this.trim() : undefined;
     });
@@ -230,20 +238,44 @@ export class ReplicaStore {
     return undefined;
   }
 
-  /** Log entries with version > `after`, oldest first, at most `limit`. */
-  async updatesAfter(after: number, limit: number): Promise<StoredEntry[]> {
+  /** Log entries with `after` < version (<= `upto`), oldest first, at most `limit`. */
+  async updatesAfter(after: number, limit: number, upto?: number): Promise<StoredEntry[]> {
     const out: StoredEntry[] = [];
-    for await (const [, value] of this.db.iterator({ gt: logKey(after), lt: LOG + ':', limit })) out.push(decodeEntry(value));
+    const lte = upto === undefined ? undefined : logKey(upto);
+    const range = lte === undefined ? { gt: logKey(after), lt: LOG + ':', limit } : { gt: logKey(after), lte, limit };
+    for await (const [, value] of this.db.iterator(range)) out.push(decodeEntry(value));
     return out;
   }
 
-  /** Records a commit point at the current newest version. */
-  async commit(): Promise<CommitPoint> {
-    await this.flush();
-    const point: CommitPoint = { version: this.maxVersionSeen, at: Date.now() };
-    await this.db.put(COMMIT, JSON.stringify(point));
-    this.commitPoint = point;
-    return point;
+  /**
+   * Records a commit point: the state with every write issued so far, as a LevelDB snapshot
+   * that snapshot readers copy. Taken on the write chain, so the snapshot holds exactly the
+   * versions up to the point's version.
+   */
+  commit(): Promise<CommitPoint> {
+    const taken = this.writeChain.then(async () => {
+      const point: CommitPoint = { version: this.durableMax, at: Date.now() };
+      const old = this.commitSnapshot;
+      this.commitSnapshot = { point, snapshot: this.db.snapshot() };
+      this.commitPoint = point;
+      await this.db.put(COMMIT, JSON.stringify(point));
+      await old?.snapshot.close();
+      return point;
+    });
+    this.writeChain = taken.catch(() => undefined);
+    return taken;
+  }
+
+  /** The entries of the latest commit point (tombstones included), in id order. */
+  async *commitEntries(): AsyncGenerator<StoredEntry> {
+    const c = this.commitSnapshot;
+    if (!c) return;
+    c.snapshot.ref();
+    try {
+      for await (const [, value] of this.db.iterator({ gte: DOC, lt: DOC_END, snapshot: c.snapshot })) yield decodeEntry(value);
+    } finally {
+      c.snapshot.unref();
+    }
   }
 
   private async trim(): Promise<void> {
@@ -271,12 +303,17 @@ export class ReplicaStore {
     this.liveDocs = 0;
     this.logCount = 0;
     this.maxVersionSeen = 0;
+    this.durableMax = 0;
     this.commitPoint = undefined;
     this.trimmed = 0;
+    await this.commitSnapshot?.snapshot.close();
+    this.commitSnapshot = undefined;
   }
 
   async close(): Promise<void> {
     await this.flush();
+    await this.commitSnapshot?.snapshot.close();
+    this.commitSnapshot = undefined;
     await this.db.close();
   }
 }

@@ -38,7 +38,8 @@ export const collectionRoutes: FastifyPluginAsync = async (app) => {
     const b = parsed.data;
     // A schema that does not parse is the caller's error: reject it before anything is created.
     parseSchema(b.fields);
-    const autoCommitMs = b.autoCommit === undefined || b.autoCommit === 'off' ? 0 : parseDuration(b.autoCommit, 'autoCommit');
+    // Like Solr's autoCommit: on by default (15 s); "off" leaves commits to the client.
+    const autoCommitMs = b.autoCommit === 'off' ? 0 : parseDuration(b.autoCommit ?? '15s', 'autoCommit');
     const state = await app.shardex.createCollection({
       name: b.name,
       numShards: b.numShards,

@@ -2,6 +2,8 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { checkId, toAddOps } from '../../distrib/documents.js';
 import { ShardexError } from '../../errors.js';
+import { parseMinVersion } from '../../read/eventual.js';
+import type { ReadOptions } from '../shardex-node.js';
 import { checkCollectionName } from './collections.js';
 
 function parseMinRf(v: unknown): number {
@@ -16,6 +18,28 @@ function parseBool(name: string, v: unknown): boolean | undefined {
   if (v === 'true') return true;
   if (v === 'false') return false;
   throw new ShardexError('SHX_BAD_REQUEST', `${name} must be true or false, got ${JSON.stringify(v)}`);
+}
+
+export interface ReadQuery {
+  distrib?: string;
+  consistency?: string;
+  scanType?: string;
+  minVersion?: string;
+}
+
+/** The read options of a get or search: distrib, consistency, scanType, minVersion. */
+export function parseReadOptions(q: ReadQuery): ReadOptions {
+  const distrib = parseBool('distrib', q.distrib);
+  if (q.consistency !== undefined && q.consistency !== 'immediate' && q.consistency !== 'eventual') {
+    throw new ShardexError('SHX_BAD_REQUEST', `consistency must be immediate or eventual, got ${JSON.stringify(q.consistency)}`);
+  }
+  if (q.minVersion !== undefined) parseMinVersion(q.minVersion);
+  return {
+    ...(distrib !== undefined && { distrib }),
+    ...(q.consistency !== undefined && { consistency: q.consistency }),
+    ...(q.scanType !== undefined && { scanType: q.scanType }),
+    ...(q.minVersion !== undefined && { minVersion: q.minVersion }),
+  };
 }
 
 export const docRoutes: FastifyPluginAsync = async (app) => {
@@ -45,11 +69,11 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     return { id, version: res.versions[id], rf: res.rf, ...(!res.minRfMet && { minRfMet: false }) };
   });
 
-  app.get<{ Params: { c: string; id: string }; Querystring: { distrib?: string } }>('/api/collections/:c/docs/:id', async (req, reply) => {
+  app.get<{ Params: { c: string; id: string }; Querystring: ReadQuery }>('/api/collections/:c/docs/:id', async (req, reply) => {
     const c = checkCollectionName(req.params.c);
-    const distrib = parseBool('distrib', req.query.distrib);
-    const got = await app.shardex.get(c, req.params.id, distrib === undefined ? {} : { distrib });
-    if (!got) return reply.status(404).send({ error: `document '${req.params.id}' not found in '${c}'`, code: 'SHX_NOT_FOUND' });
+    const got = await app.shardex.get(c, req.params.id, parseReadOptions(req.query));
+    if (got?.servedBy) void reply.header('x-shardex-served-by', JSON.stringify(got.servedBy));
+    if (!got?.entry) return reply.status(404).send({ error: `document '${req.params.id}' not found in '${c}'`, code: 'SHX_NOT_FOUND' });
     return { ...got.entry.doc, _version_: got.entry.version, _shard_: got.shard };
   });
 

@@ -3,7 +3,9 @@ import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import type { SearchParams } from '../../distrib/search.js';
 import { ShardexError } from '../../errors.js';
+import type { ReadOptions } from '../shardex-node.js';
 import { checkCollectionName, zodMessage } from './collections.js';
+import { parseReadOptions } from './docs.js';
 
 const intText = (name: string) =>
   z.union([z.number(), z.string()]).transform((v, ctx) => {
@@ -28,10 +30,13 @@ const SearchQuery = z
     limit: intText('limit').optional(),
     fields: z.union([z.string(), z.array(z.string())]).transform((v) => (Array.isArray(v) ? v.join(',') : v)).optional(),
     partial: boolText.optional(),
+    consistency: z.enum(['immediate', 'eventual']).optional(),
+    scanType: z.string().optional(),
+    minVersion: z.union([z.string(), z.number()]).transform(String).optional(),
   })
   .strict();
 
-export function parseSearchParams(input: unknown): SearchParams {
+export function parseSearchParams(input: unknown): SearchParams & { read: ReadOptions } {
   const parsed = SearchQuery.safeParse(input ?? {});
   if (!parsed.success) throw new ShardexError('SHX_BAD_REQUEST', zodMessage(parsed.error, 'bad search request'));
   const p = parsed.data;
@@ -44,16 +49,23 @@ export function parseSearchParams(input: unknown): SearchParams {
     ...(p.limit !== undefined && { limit: p.limit }),
     ...(p.fields !== undefined && { fields: p.fields }),
     ...(p.partial !== undefined && { partial: p.partial }),
+    read: parseReadOptions({
+      ...(p.consistency !== undefined && { consistency: p.consistency }),
+      ...(p.scanType !== undefined && { scanType: p.scanType }),
+      ...(p.minVersion !== undefined && { minVersion: p.minVersion }),
+    }),
   };
 }
 
 export const searchRoutes: FastifyPluginAsync = async (app) => {
   app.get<{ Params: { c: string } }>('/api/collections/:c/search', async (req) => {
     const c = checkCollectionName(req.params.c);
-    return app.shardex.search(c, parseSearchParams(req.query));
+    const { read, ...params } = parseSearchParams(req.query);
+    return app.shardex.search(c, params, read);
   });
   app.post<{ Params: { c: string } }>('/api/collections/:c/search', async (req) => {
     const c = checkCollectionName(req.params.c);
-    return app.shardex.search(c, parseSearchParams(req.body));
+    const { read, ...params } = parseSearchParams(req.body);
+    return app.shardex.search(c, params, read);
   });
 };
