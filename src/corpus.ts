@@ -69,8 +69,8 @@ function getVocabulary(): Vocabulary {
   return vocabulary;
 }
 
-/** mulberry32: a small, fast 32-bit PRNG; returns floats in [0, 1). */
-function mulberry32(seed: number): () => number {
+/** mulberry32: a small, fast 32-bit PRNG; returns floats in [0, 1). Tests reuse it for reproducible picks. */
+export function mulberry32(seed: number): () => number {
   let state = seed >>> 0;
   return () => {
     state = (state + 0x6d2b79f5) >>> 0;

@@ -17,6 +17,7 @@ import {
   type ShardRange,
 } from '../src/hashrange/index.js';
 import { splitRange } from '../src/hashrange/router.js';
+import { mulberry32 } from '../src/corpus.js';
 
 // Expected values come from Apache Solr: TestHashPartitioner (letters, 4-shard routing, range
 // splits), CompositeIdRouter's javadoc (contact!0000000KISS) and its partitionRange; non-ASCII
@@ -29,17 +30,6 @@ const INT_MAX = 0x7fffffff;
 /** Unsigned hex as an int32 (0x95de7e03 -> its signed value). */
 const i32 = (u: number): number => u | 0;
 
-/** mulberry32, so the random cases are the same on every run. */
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A random well-formed string mixing ASCII, 2-, 3- and 4-byte UTF-8 characters. */
 function randomString(rand: () => number): string {
@@ -115,7 +105,7 @@ describe('murmur3', () => {
   });
 
   it('agrees with the murmurhash package on 5000 random well-formed strings', () => {
-    const rand = prng(20240101);
+    const rand = mulberry32(20240101);
     for (let i = 0; i < 5000; i++) {
       const s = randomString(rand);
       expect(murmur3(s), JSON.stringify(s)).toBe(murmurhash.v3(s) | 0);
@@ -224,7 +214,7 @@ describe('utf8Length', () => {
   });
 
   it('agrees with Buffer.byteLength on 2000 random strings', () => {
-    const rand = prng(7);
+    const rand = mulberry32(7);
     for (let i = 0; i < 2000; i++) {
       const s = randomString(rand);
       expect(utf8Length(s)).toBe(Buffer.byteLength(s, 'utf8'));
@@ -590,7 +580,7 @@ describe('ShardRouter', () => {
   });
 
   it('agrees with a linear scan of the ranges on random hashes', () => {
-    const rand = prng(99);
+    const rand = mulberry32(99);
     const ranges = partitionRange(37);
     const sr = new ShardRouter(ranges);
     for (let i = 0; i < 5000; i++) {

@@ -11,20 +11,10 @@ import {
   type ReaderInfo,
   type ReaderStats,
 } from '../src/read/index.js';
+import { mulberry32 } from '../src/corpus.js';
 
 // ---- helpers ---------------------------------------------------------------------------
 
-/** A seeded uniform generator (mulberry32), so that picks are reproducible. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function addresses(n: number, prefix = 'reader'): string[] {
   return Array.from({ length: n }, (_, i) => `${prefix}-${i}:7700`);
@@ -288,8 +278,8 @@ describe('rendezvous candidate set', () => {
   });
 
   it('is computed alike by independent selector instances', () => {
-    const one = new ReaderSelector(undefined, { random: seeded(1) });
-    const two = new ReaderSelector(undefined, { random: seeded(2) });
+    const one = new ReaderSelector(undefined, { random: mulberry32(1) });
+    const two = new ReaderSelector(undefined, { random: mulberry32(2) });
     const input = (i: number, a: number) => ({ readers: readers(50), collection: 'c', shard: `shard${i}`, attempts: busyAttempts(a) });
     for (let i = 0; i < 200; i++) {
       for (let a = 0; a < 3; a++) expect(one.select(input(i, a)).candidates).toEqual(two.select(input(i, a)).candidates);
@@ -376,7 +366,7 @@ describe('rendezvous candidate set', () => {
   });
 
   it('spreads 10,000 shards over 20 readers: 100 picks per shard touch exactly 3 readers, all 20 used, each within 10% of the mean', () => {
-    const selector = new ReaderSelector(undefined, { random: seeded(42) });
+    const selector = new ReaderSelector(undefined, { random: mulberry32(42) });
     const twenty = readers(20);
     const served = new Map<string, number>();
     const perShard: number[] = [];
@@ -439,7 +429,7 @@ describe('retries within one request', () => {
   const set = new ReaderSelector(config).select(base).candidates;
 
   it('does not pick a reader that answered BUSY for this shard', () => {
-    const selector = new ReaderSelector(config, { random: seeded(7) });
+    const selector = new ReaderSelector(config, { random: mulberry32(7) });
     for (let i = 0; i < 50; i++) {
       const pick = selector.select({ ...base, attempts: [{ reader: set[0]!, result: 'busy' }] });
       expect(pick.reader).not.toBe(set[0]);
@@ -448,13 +438,13 @@ describe('retries within one request', () => {
   });
 
   it('does not pick a reader that failed with an error for this shard', () => {
-    const selector = new ReaderSelector(config, { random: seeded(7) });
+    const selector = new ReaderSelector(config, { random: mulberry32(7) });
     const attempts: Attempt[] = [{ reader: set[0]!, result: 'error' }, { reader: set[2]!, result: 'busy' }];
     for (let i = 0; i < 20; i++) expect(selector.select({ ...base, attempts }).reader).toBe(set[1]);
   });
 
   it('picks among the whole set again once every candidate was tried', () => {
-    const selector = new ReaderSelector(config, { random: seeded(7) });
+    const selector = new ReaderSelector(config, { random: mulberry32(7) });
     const attempts: Attempt[] = set.map((reader) => ({ reader, result: 'busy' }));
     const picks = new Set(sequence(100, () => selector.select({ ...base, attempts }).reader));
     expect([...picks].sort()).toEqual([...set].sort());
@@ -468,7 +458,7 @@ describe('retries within one request', () => {
   });
 
   it('picks uniformly at random among the remaining candidates', () => {
-    const selector = new ReaderSelector(config, { random: seeded(11) });
+    const selector = new ReaderSelector(config, { random: mulberry32(11) });
     const counts = new Map<string, number>();
     for (let i = 0; i < 30_000; i++) {
       const reader = selector.select(base).reader!;
@@ -550,7 +540,7 @@ describe('adaptive ordering within the candidate set', () => {
   });
 
   it('when on, picks the best-ranked candidate', () => {
-    const selector = new ReaderSelector(config, { adaptive: true, random: seeded(3) });
+    const selector = new ReaderSelector(config, { adaptive: true, random: mulberry32(3) });
     for (let i = 0; i < 20; i++) expect(selector.select({ ...base, stats }).reader).toBe(set[1]);
   });
 

@@ -64,7 +64,7 @@ async function withClient(cmd: Command, o: ConnectOptions, fn: (client: ShardexC
   }
 }
 
-function readOptions(o: { consistency?: 'immediate' | 'eventual'; scanType?: string; minVersion?: number; priority?: string }): ReadOptions {
+function readOptions(o: { consistency?: 'immediate' | 'eventual'; scanType?: string; minVersion?: string; priority?: string }): ReadOptions {
   return {
     ...(o.consistency && { consistency: o.consistency }),
     ...(o.scanType !== undefined && { scanType: o.scanType }),
@@ -77,7 +77,7 @@ function readable(cmd: Command): Command {
   return cmd
     .option('--consistency <level>', 'immediate (shard leader) or eventual (snapshot reader)', consistencyArg)
     .option('--scan-type <type>', 'scan type, picking a reader selector profile')
-    .option('--min-version <v>', 'the answer must reflect at least this version', intArg('--min-version', 0))
+    .option('--min-version <v>', 'an eventual read needs a snapshot at least this new: a version, or shard1:v1,shard2:v2')
     .option('--priority <p>', 'read-balancer priority');
 }
 

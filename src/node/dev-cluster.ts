@@ -82,9 +82,25 @@ export class DevCluster {
     const spec = this.o.collection;
     const first = this.nodes[0]!;
     if (spec && !first.coordinator.collection(spec.name)) await first.createCollection(spec);
-    if (spec) {
-      const state = first.collectionState(spec.name);
-      await first.waitFor(() => state.shards.every((s) => first.coordinator.leader(spec.name, s.name) !== undefined), 30_000);
+    if (spec) await this.waitAllActive(30_000);
+  }
+
+  /** Resolves once every replica of every collection is open, recovered and active. */
+  async waitAllActive(ms: number): Promise<void> {
+    for (const node of this.nodes) {
+      if (!node) continue;
+      await node.waitFor(() => {
+        for (const [c, state] of node.coordinator.collections()) {
+          for (const s of state.shards) {
+            if (node.coordinator.leader(c, s.name) === undefined) return false;
+            if (s.replicas.some((r) => r.state !== 'active')) return false;
+            if (!s.replicas.some((r) => r.node === node.name)) continue;
+            const r = node.replica(c, s.name);
+            if (!r || r.state !== 'active' || r.recovering) return false;
+          }
+        }
+        return true;
+      }, ms);
     }
   }
 

@@ -1,12 +1,14 @@
-// `shardex node`: one node process of a ZooKeeper-coordinated cluster.
+// `shardex node` and `shardex reader`: one process of a ZooKeeper-coordinated cluster each.
 import { resolve } from 'node:path';
+import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import { ZooKeeperStore } from '../coordination/zookeeper-store.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
 import { createLogger } from './logger.js';
 import { ShardexNode } from './shardex-node.js';
 
-export interface RunNodeOptions {
+/** What every cluster process is told: where ZooKeeper is, and where it listens. */
+export interface ProcessOptions {
   readonly zk: string;
   readonly port: number;
   readonly grpcPort?: number;
@@ -14,80 +16,83 @@ export interface RunNodeOptions {
   readonly name?: string;
   readonly host: string;
   readonly zkTimeout: number;
+}
+
+export interface RunNodeOptions extends ProcessOptions {
   readonly logRetention?: number;
 }
 
-export async function runNode(o: RunNodeOptions): Promise<ShardexNode> {
+export interface RunReaderOptions extends ProcessOptions {
+  readonly group: string;
+  readonly snapshotExpiry: number;
+  readonly diskBudget?: number;
+  readonly maxScans: number;
+}
+
+interface Server {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  readonly httpUrl: string;
+  readonly grpcAddress: string;
+}
+
+interface ProcessContext {
+  readonly logger: Logger;
+  readonly name: string;
+  readonly coordinator: ClusterCoordinator;
+  readonly grpcPort: number;
+  readonly dataDir: string;
+}
+
+/**
+ * Connects to ZooKeeper, builds the server, stops it gracefully on SIGINT/SIGTERM, starts it,
+ * and prints one JSON line `{"ready":true,...}` that scripts and tests wait for.
+ */
+async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: ProcessContext) => S, ready: (s: S) => object = () => ({})): Promise<S> {
   const logger = createLogger();
   const name = o.name ?? `${o.host}_${o.port}`;
   const store = await ZooKeeperStore.connect({ connectString: o.zk, sessionTimeoutMs: o.zkTimeout, logger });
   // Stop acting as leader after a third of the session timeout without ZooKeeper: by then
   // the session may have expired and another replica may lead.
   const coordinator = new ClusterCoordinator({ store, logger: logger.child({ node: name }), leaderGraceMs: Math.floor(o.zkTimeout / 3) });
-  const node = new ShardexNode({
-    name,
-    host: o.host,
-    httpPort: o.port,
-    grpcPort: o.grpcPort ?? (o.port === 0 ? 0 : o.port + 1000),
-    dataDir: resolve(o.data),
-    coordinator,
-    logger,
-    ...(o.logRetention !== undefined && { logRetention: o.logRetention }),
-  });
+  const server = build({ logger, name, coordinator, grpcPort: o.grpcPort ?? (o.port === 0 ? 0 : o.port + 1000), dataDir: resolve(o.data) });
   const stop = async (signal: string): Promise<void> => {
     logger.info({ signal }, 'stopping');
-    await node.stop();
+    await server.stop();
     logger.flush();
     process.exit(0);
   };
   process.once('SIGINT', () => void stop('SIGINT'));
   process.once('SIGTERM', () => void stop('SIGTERM'));
-  await node.start();
-  process.stdout.write(JSON.stringify({ ready: true, name, http: node.httpUrl, grpc: node.grpcAddress }) + '\n');
-  return node;
+  await server.start();
+  process.stdout.write(JSON.stringify({ ready: true, name, http: server.httpUrl, grpc: server.grpcAddress, ...ready(server) }) + '\n');
+  return server;
 }
 
-export interface RunReaderOptions {
-  readonly zk: string;
-  readonly group: string;
-  readonly port: number;
-  readonly grpcPort?: number;
-  readonly data: string;
-  readonly name?: string;
-  readonly host: string;
-  readonly zkTimeout: number;
-  readonly snapshotExpiry: number;
-  readonly diskBudget?: number;
-  readonly maxScans: number;
+export function runNode(o: RunNodeOptions): Promise<ShardexNode> {
+  return runProcess(o, (ctx) =>
+    new ShardexNode({
+      ...ctx,
+      host: o.host,
+      httpPort: o.port,
+      ...(o.logRetention !== undefined && { logRetention: o.logRetention }),
+    }),
+  );
 }
 
-/** `shardex reader`: one snapshot reader process. */
-export async function runReader(o: RunReaderOptions): Promise<SnapshotReader> {
-  const logger = createLogger();
-  const name = o.name ?? `${o.host}_${o.port}`;
-  const store = await ZooKeeperStore.connect({ connectString: o.zk, sessionTimeoutMs: o.zkTimeout, logger });
-  const coordinator = new ClusterCoordinator({ store, logger: logger.child({ node: name }) });
-  const reader = new SnapshotReader({
-    name,
-    group: o.group,
-    host: o.host,
-    httpPort: o.port,
-    grpcPort: o.grpcPort ?? (o.port === 0 ? 0 : o.port + 1000),
-    dataDir: resolve(o.data),
-    coordinator,
-    logger,
-    snapshotExpiryMs: o.snapshotExpiry,
-    maxScans: o.maxScans,
-    ...(o.diskBudget !== undefined && { diskBudgetBytes: o.diskBudget }),
-  });
-  const stop = async (): Promise<void> => {
-    await reader.stop();
-    logger.flush();
-    process.exit(0);
-  };
-  process.once('SIGINT', () => void stop());
-  process.once('SIGTERM', () => void stop());
-  await reader.start();
-  process.stdout.write(JSON.stringify({ ready: true, name, http: reader.httpUrl, grpc: reader.grpcAddress, group: reader.group }) + '\n');
-  return reader;
+export function runReader(o: RunReaderOptions): Promise<SnapshotReader> {
+  return runProcess(
+    o,
+    (ctx) =>
+      new SnapshotReader({
+        ...ctx,
+        group: o.group,
+        host: o.host,
+        httpPort: o.port,
+        snapshotExpiryMs: o.snapshotExpiry,
+        maxScans: o.maxScans,
+        ...(o.diskBudget !== undefined && { diskBudgetBytes: o.diskBudget }),
+      }),
+    (r) => ({ group: r.group }),
+  );
 }

@@ -38,25 +38,6 @@ async function storedState(): Promise<unknown> {
   return { replicas, known, collections };
 }
 
-/** Resolves once every replica in the cluster is active: opened and recovered. */
-async function allReplicasActive(tc: TestCluster): Promise<void> {
-  await vi.waitFor(
-    () => {
-      for (const node of tc.cluster.nodes) {
-        for (const [c, state] of node.coordinator.collections()) {
-          for (const s of state.shards) {
-            expect(s.replicas.map((r) => r.state)).toEqual(s.replicas.map(() => 'active'));
-            if (!s.replicas.some((r) => r.node === node.name)) continue;
-            const r = node.replica(c, s.name);
-            expect(r?.state).toBe('active');
-            expect(r?.recovering).toBe(false);
-          }
-        }
-      }
-    },
-    { timeout: 30_000, interval: 20 },
-  );
-}
 
 interface Expectation {
   readonly status: number;
@@ -86,7 +67,7 @@ beforeAll(async () => {
   });
   base = tc.urls[0]!;
   // Replicas recover from their leader at start; until then they are not counted as active.
-  await allReplicasActive(tc);
+  await tc.cluster.waitAllActive(30_000);
   const res = await http('POST', docsUrl(), KNOWN);
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   expect(res.body.rf).toBe(2);

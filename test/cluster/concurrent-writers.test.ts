@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { routeId } from '../../src/hashrange/index.js';
 import { clusterView, http, startCluster, type ClusterView, type TestCluster } from '../support/cluster.js';
+import { mulberry32 } from '../../src/corpus.js';
 
 const COLLECTION = 'cw';
 const SHARDS = 3;
@@ -19,17 +20,6 @@ const IDS = [
   'constructor',
 ];
 
-/** A small deterministic PRNG (mulberry32), so that every run interleaves the same way. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function shuffled<T>(items: readonly T[], rand: () => number): T[] {
   const out = [...items];
@@ -40,25 +30,6 @@ function shuffled<T>(items: readonly T[], rand: () => number): T[] {
   return out;
 }
 
-/** Resolves once every replica in the cluster is active: opened and recovered. */
-async function allReplicasActive(tc: TestCluster): Promise<void> {
-  await vi.waitFor(
-    () => {
-      for (const node of tc.cluster.nodes) {
-        for (const [c, state] of node.coordinator.collections()) {
-          for (const s of state.shards) {
-            expect(s.replicas.map((r) => r.state)).toEqual(s.replicas.map(() => 'active'));
-            if (!s.replicas.some((r) => r.node === node.name)) continue;
-            const r = node.replica(c, s.name);
-            expect(r?.state).toBe('active');
-            expect(r?.recovering).toBe(false);
-          }
-        }
-      }
-    },
-    { timeout: 30_000, interval: 20 },
-  );
-}
 
 /** What one acknowledged write left for an id: a document from (writer, round), or a delete. */
 type Written = { version: number; writer: number; round: number } | { version: number; deleted: true };
@@ -81,7 +52,7 @@ describe('concurrent writers of the same ids through different nodes', () => {
   };
 
   async function writer(w: number): Promise<void> {
-    const rand = rng(1000 + w);
+    const rand = mulberry32(1000 + w);
     const base = tc.urls[w % tc.urls.length]!;
     for (let round = 0; round < ROUNDS; round++) {
       const docs = shuffled(IDS, rand).map((id) => ({ id, writer: w, round, note: `w${w}r${round}` }));
@@ -109,7 +80,7 @@ describe('concurrent writers of the same ids through different nodes', () => {
   beforeAll(async () => {
     tc = await startCluster({ nodes: 3, collection: { name: COLLECTION, numShards: SHARDS, replicationFactor: 2, router: 'compositeId' } });
     // Replicas recover from their leader at start; the writers start once all are active.
-    await allReplicasActive(tc);
+    await tc.cluster.waitAllActive(30_000);
     await Promise.all(Array.from({ length: WRITERS }, (_, w) => writer(w)));
     view = await clusterView(tc.urls[0]!);
   });

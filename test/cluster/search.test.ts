@@ -3,23 +3,12 @@
 // scores within 1e-9 (global statistics make shards rank like one index); after overwrites
 // and deletes no query returns a deleted document or a stale field value.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateDocs, type CorpusDoc } from '../../src/corpus.js';
+import { generateDocs, mulberry32, type CorpusDoc } from '../../src/corpus.js';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
 
 const DOCS = 20_000;
 const FIELDS = { title: 'text', body: 'text', category: 'keyword', price: 'number', ts: 'date' };
 
-/** A deterministic PRNG (mulberry32) so the query set is the same on every run. */
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Q {
   q?: string;
@@ -30,7 +19,7 @@ interface Q {
 }
 
 function generateQueries(docs: CorpusDoc[], n: number): Q[] {
-  const rand = prng(42);
+  const rand = mulberry32(42);
   const pick = <T>(a: readonly T[]): T => a[Math.floor(rand() * a.length)]!;
   const word = (): string => pick(pick(docs).title.split(' '));
   const sorts = [undefined, 'price desc', 'ts asc', 'category asc,price desc', 'score desc,ts desc', 'price asc'];
