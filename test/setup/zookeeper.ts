@@ -1,18 +1,11 @@
-// vitest globalSetup: one standalone ZooKeeper for the whole run.
-// - Installs ZooKeeper from Debian's packages when it is missing (this needs root).
-// - Starts it on a free 127.0.0.1 port with a temp data dir, tickTime=500 so that sessions may be
-//   as short as 1 s (minSessionTimeout; maxSessionTimeout is 60 s), and no fsync (test data).
+// vitest globalSetup: one standalone ZooKeeper for the whole run (src/node/local-zookeeper.ts).
 // - Gives tests the connect string: inject('zkConnect') (see test/support/zookeeper.ts) and, for
 //   the processes tests start, process.env.SHARDEX_TEST_ZK ('127.0.0.1:PORT').
-// - Stops it by pid (SIGTERM, then SIGKILL) and removes the temp dir after the run, failed or not.
+// - Stops it by pid after the run, failed or not.
 // With SHARDEX_TEST_ZK already set, that server is used instead and nothing is started or stopped.
 
-import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import type { TestProject } from 'vitest/node';
+import { startLocalZooKeeper } from '../../src/node/local-zookeeper.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -21,20 +14,9 @@ declare module 'vitest' {
   }
 }
 
-const ZOOKEEPER_JAR = '/usr/share/java/zookeeper.jar';
-const CLASSPATH = ['/etc/zookeeper/conf', ZOOKEEPER_JAR, '/usr/share/java/slf4j-simple.jar'].join(':');
-const INSTALL_HINT = 'apt-get update && apt-get install -y zookeeper';
-const READY_TIMEOUT_MS = 30_000;
-const PROBE_TIMEOUT_MS = 1_000;
-const STOP_GRACE_MS = 5_000;
-const APT_LOCK_RETRY_MS = 3_000;
-const APT_LOCK_WAIT_MS = 180_000;
-
 function progress(message: string): void {
   process.stderr.write(`[zookeeper] ${message}\n`);
 }
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const external = process.env.SHARDEX_TEST_ZK;
@@ -43,8 +25,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     project.provide('zkConnect', external);
     return async () => {};
   }
-  await ensureInstalled();
-  const zk = await startZooKeeper();
+  const zk = await startLocalZooKeeper(progress);
   const connect = `127.0.0.1:${zk.port}`;
   project.provide('zkConnect', connect);
   process.env.SHARDEX_TEST_ZK = connect;
@@ -52,213 +33,4 @@ export default async function setup(project: TestProject): Promise<() => Promise
     delete process.env.SHARDEX_TEST_ZK;
     await zk.stop();
   };
-}
-
-// --- installing -------------------------------------------------------------------------------
-
-async function ensureInstalled(): Promise<void> {
-  if (existsSync(ZOOKEEPER_JAR)) return;
-  if (process.getuid?.() !== 0) {
-    throw new Error(`ZooKeeper is not installed (${ZOOKEEPER_JAR} is missing) and the tests do not run as root to install it. Run: sudo sh -c '${INSTALL_HINT}'`);
-  }
-  progress(`ZooKeeper is not installed; installing it from Debian (${INSTALL_HINT}) ...`);
-  await aptGet(['update']);
-  await aptGet(['install', '-y', 'zookeeper']);
-  if (!existsSync(ZOOKEEPER_JAR)) throw new Error(`apt-get installed zookeeper but ${ZOOKEEPER_JAR} is still missing. Run: ${INSTALL_HINT}`);
-  progress('ZooKeeper installed');
-}
-
-/** Runs apt-get, echoing its output as progress, and waits out another apt holding the lock. */
-async function aptGet(args: string[]): Promise<void> {
-  const deadline = Date.now() + APT_LOCK_WAIT_MS;
-  for (;;) {
-    const { code, output } = await run('apt-get', args);
-    if (code === 0) return;
-    const locked = /Could not get lock|Unable to acquire the dpkg frontend lock|Unable to lock|is another process using it/i.test(output);
-    if (locked && Date.now() < deadline) {
-      progress(`apt is busy (another apt or dpkg holds its lock); retrying 'apt-get ${args.join(' ')}' in ${APT_LOCK_RETRY_MS / 1000} s`);
-      await sleep(APT_LOCK_RETRY_MS);
-      continue;
-    }
-    throw new Error(
-      `'apt-get ${args.join(' ')}' failed (exit ${code}) while installing ZooKeeper for the tests. Install it by hand: ${INSTALL_HINT}\n${tail(output, 15)}`,
-    );
-  }
-}
-
-function run(command: string, args: string[]): Promise<{ code: number; output: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(command, args, {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
-    });
-    let output = '';
-    let partial = '';
-    const onData = (chunk: Buffer) => {
-      const text = chunk.toString();
-      output += text;
-      const lines = (partial + text).split('\n');
-      partial = lines.pop() ?? '';
-      for (const line of lines) if (line.trim()) progress(`${command}: ${line.trimEnd()}`);
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', onData);
-    child.on('error', (err) => resolve({ code: -1, output: `${output}\n${err.message}` }));
-    child.on('close', (code) => {
-      if (partial.trim()) progress(`${command}: ${partial.trimEnd()}`);
-      resolve({ code: code ?? -1, output });
-    });
-  });
-}
-
-// --- running ----------------------------------------------------------------------------------
-
-interface RunningZooKeeper {
-  readonly port: number;
-  stop(): Promise<void>;
-}
-
-async function startZooKeeper(): Promise<RunningZooKeeper> {
-  // The free port may be taken between our probe and the JVM's bind: then try another one.
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await startOn(await freePort());
-    } catch (err) {
-      if (!(err instanceof PortTaken) || attempt >= 3) throw err;
-      progress(`port ${err.port} was taken before ZooKeeper could bind it; trying another`);
-    }
-  }
-}
-
-class PortTaken extends Error {
-  constructor(readonly port: number) {
-    super(`port ${port} is in use`);
-  }
-}
-
-async function startOn(port: number): Promise<RunningZooKeeper> {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'shardex-zk-'));
-  const logFile = path.join(dir, 'zk.log');
-  const config = path.join(dir, 'zoo.cfg');
-  writeFileSync(
-    config,
-    [
-      'tickTime=500',
-      'minSessionTimeout=1000',
-      'maxSessionTimeout=60000',
-      `dataDir=${path.join(dir, 'data')}`,
-      `clientPort=${port}`,
-      'clientPortAddress=127.0.0.1',
-      'maxClientCnxns=0',
-      'admin.enableServer=false',
-      '4lw.commands.whitelist=ruok,srvr,stat,mntr',
-      'forceSync=no',
-      '',
-    ].join('\n'),
-  );
-  const log = openSync(logFile, 'a');
-  let child: ChildProcess;
-  try {
-    child = spawn('java', ['-Xmx256m', '-XX:+UseSerialGC', '-cp', CLASSPATH, 'org.apache.zookeeper.server.quorum.QuorumPeerMain', config], {
-      stdio: ['ignore', log, log],
-    });
-  } finally {
-    closeSync(log);
-  }
-  const exited = new Promise<string>((resolve) => {
-    child.once('error', (err) => resolve(err.message));
-    child.once('exit', (code, signal) => resolve(signal ? `signal ${signal}` : `exit code ${code}`));
-  });
-  let stopping = false;
-  // If vitest itself dies, do not leave the JVM behind.
-  const killOnExit = () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  };
-  process.once('exit', killOnExit);
-  const cleanup = () => {
-    process.removeListener('exit', killOnExit);
-    rmSync(dir, { recursive: true, force: true });
-  };
-
-  const stop = async (): Promise<void> => {
-    stopping = true;
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      const gone = await Promise.race([exited.then(() => true), sleep(STOP_GRACE_MS).then(() => false)]);
-      if (!gone) {
-        progress(`ZooKeeper (pid ${child.pid}) did not stop on SIGTERM within ${STOP_GRACE_MS} ms; killing it`);
-        child.kill('SIGKILL');
-        await Promise.race([exited, sleep(STOP_GRACE_MS)]);
-      }
-    }
-    cleanup();
-  };
-
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  for (;;) {
-    const death = await Promise.race([exited, sleep(0).then(() => undefined)]);
-    if (death !== undefined) {
-      stopping = true;
-      const text = readLog(logFile);
-      cleanup();
-      if (/Address already in use/i.test(text)) throw new PortTaken(port);
-      if (/ENOENT|spawn java/i.test(death)) throw new Error(`Cannot start ZooKeeper: 'java' was not found (${death}). Run: ${INSTALL_HINT}`);
-      throw new Error(`ZooKeeper exited while starting (${death}); last lines of its log:\n${tail(text, 30)}`);
-    }
-    if ((await probe(port, 'srvr')).includes('Mode:')) break;
-    if (Date.now() > deadline) {
-      const text = readLog(logFile);
-      await stop();
-      throw new Error(`ZooKeeper did not become ready on 127.0.0.1:${port} within ${READY_TIMEOUT_MS / 1000} s; last lines of its log:\n${tail(text, 30)}`);
-    }
-    await sleep(100);
-  }
-  progress(`ZooKeeper ready on 127.0.0.1:${port} (pid ${child.pid}, data in ${dir})`);
-  void exited.then((how) => {
-    if (!stopping) progress(`the test ZooKeeper (pid ${child.pid}) died unexpectedly (${how}); last lines of ${logFile}:\n${tail(readLog(logFile), 30)}`);
-  });
-  return { port, stop };
-}
-
-/** Sends a four-letter command and returns the reply ('' on any error or after the timeout). */
-function probe(port: number, command: string): Promise<string> {
-  return new Promise((resolve) => {
-    let reply = '';
-    const socket = net.connect({ host: '127.0.0.1', port });
-    const finish = () => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(reply);
-    };
-    const timer = setTimeout(finish, PROBE_TIMEOUT_MS);
-    socket.on('connect', () => socket.write(command));
-    socket.on('data', (chunk) => {
-      reply += chunk.toString();
-    });
-    socket.on('end', finish);
-    socket.on('error', finish);
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-function readLog(file: string): string {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch {
-    return '';
-  }
-}
-
-function tail(text: string, lines: number): string {
-  return text.trimEnd().split('\n').slice(-lines).join('\n');
 }
