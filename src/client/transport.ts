@@ -1,0 +1,93 @@
+// The client's one HTTP boundary: a request to one host, and the mapping of whatever comes
+// back (a JSON error body, a dropped connection, a timeout) into the error catalog, once.
+// Socket errors stay in the `cause` chain, so the retry policy's isHostUnavailable sees them.
+import { ERRORS, ShardexError, type ErrorCode } from '../errors.js';
+import type { FetchLike } from './types.js';
+
+export interface HttpCall {
+  readonly method: 'GET' | 'POST' | 'DELETE';
+  /** Base URL of the node, e.g. http://127.0.0.1:8983 */
+  readonly host: string;
+  /** Path and query string, starting with '/'. */
+  readonly path: string;
+  readonly body?: unknown;
+  readonly timeoutMs: number;
+  /** The caller's cancellation: aborting it rejects with its reason, never retried. */
+  readonly signal?: AbortSignal;
+}
+
+export interface HttpAnswer<T> {
+  readonly status: number;
+  readonly body: T;
+}
+
+/** The catalog code for an HTTP error status whose body named no known code. */
+function codeForStatus(status: number): ErrorCode {
+  if (status === 404) return 'SHX_NOT_FOUND';
+  if (status === 413) return 'SHX_BODY_TOO_LARGE';
+  if (status === 415) return 'SHX_UNSUPPORTED_MEDIA';
+  if (status === 429) return 'SHX_BUSY';
+  if (status === 503) return 'SHX_UNAVAILABLE';
+  if (status === 504) return 'SHX_TIMEOUT';
+  if (status >= 400 && status < 500) return 'SHX_BAD_REQUEST';
+  return 'SHX_INTERNAL';
+}
+
+/** An error answer of a node, as a ShardexError with the node's code and message. */
+export function wireError(status: number, body: unknown, host: string): ShardexError {
+  const b = (typeof body === 'object' && body !== null ? body : {}) as { error?: unknown; code?: unknown };
+  const code = typeof b.code === 'string' && Object.hasOwn(ERRORS, b.code) ? (b.code as ErrorCode) : codeForStatus(status);
+  const message = typeof b.error === 'string' ? b.error : typeof body === 'string' && body ? body.slice(0, 300) : `HTTP ${status}`;
+  return new ShardexError(code, `${host}: ${message}`, { details: { host, status } });
+}
+
+function describe(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, i = 0; e && i < 5; e = (e as { cause?: unknown }).cause, i++) {
+    const code = (e as { code?: unknown }).code;
+    const msg = e instanceof Error ? e.message : String(e);
+    parts.push(typeof code === 'string' && !msg.includes(code) ? `${msg} (${code})` : msg);
+  }
+  return parts.join(': ');
+}
+
+/**
+ * Sends one request and returns the parsed JSON body of a 2xx answer. Throws a ShardexError:
+ * the node's own for an error answer, SHX_UNAVAILABLE (cause: the socket error) when the host
+ * could not be reached, SHX_TIMEOUT when it did not answer in time; or the caller's abort reason.
+ */
+export async function httpCall<T>(fetchFn: FetchLike, call: HttpCall): Promise<HttpAnswer<T>> {
+  const timeout = AbortSignal.timeout(call.timeoutMs);
+  const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
+  const init: RequestInit = { method: call.method, signal, headers: { accept: 'application/json' } };
+  if (call.body !== undefined) {
+    init.body = JSON.stringify(call.body);
+    init.headers = { accept: 'application/json', 'content-type': 'application/json' };
+  }
+  let status: number;
+  let text: string;
+  try {
+    const res = await fetchFn(call.host + call.path, init);
+    status = res.status;
+    text = await res.text();
+  } catch (err) {
+    if (call.signal?.aborted) throw call.signal.reason;
+    if (timeout.aborted) {
+      throw new ShardexError('SHX_TIMEOUT', `${call.host} did not answer ${call.method} ${call.path} within ${call.timeoutMs} ms`, {
+        cause: err,
+        details: { host: call.host },
+      });
+    }
+    throw new ShardexError('SHX_UNAVAILABLE', `could not reach ${call.host}: ${describe(err)}`, { cause: err, details: { host: call.host } });
+  }
+  let body: unknown = text;
+  if (text.length > 0) {
+    try {
+      body = JSON.parse(text);
+    } catch {
+      /* not JSON: keep the text for the message */
+    }
+  }
+  if (status < 200 || status >= 300) throw wireError(status, body, call.host);
+  return { status, body: body as T };
+}

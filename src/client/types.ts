@@ -1,0 +1,147 @@
+// The smart client's public vocabulary: how it connects, per-request options, and what its
+// listeners are told. Implementation lives beside this file; this one holds only shapes.
+import type { Logger } from 'pino';
+import type { Coordinator } from '../coordination/index.js';
+import type { BackoffPolicy } from '../distrib/retry.js';
+
+/** The `fetch` the client calls (injectable so tests can fake the network). */
+export type FetchLike = (url: string, init: RequestInit) => Promise<Response>;
+
+/** Timers the failover machinery uses (injectable so tests can drive them). */
+export interface Scheduler {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+interface CommonClientOptions {
+  /** Suspension of a host that failed with a host-unavailable error (DMSDK default: 10 min). */
+  readonly suspendTimeForHostUnavailableMs?: number;
+  /** A job stops rather than drop below this many live hosts (DMSDK default: 1). */
+  readonly minHosts?: number;
+  /** Error codes (matched through the whole `cause` chain) that mean "host unavailable". */
+  readonly hostUnavailableCodes?: readonly string[];
+  /** Retries of one request on a retryable error (503, 429, 504, connection errors). */
+  readonly maxRetries?: number;
+  /** Pause after the n-th failed attempt; default exponential 100 ms .. 5 s. */
+  readonly backoff?: BackoffPolicy;
+  /** Timeout of one HTTP attempt (default 60 s). */
+  readonly requestTimeoutMs?: number;
+  /** Parallel requests of one add/delete (p-limit bound; default 8). */
+  readonly concurrency?: number;
+  /** Cluster state is re-read this often (default 30 s; 0 = only on demand). */
+  readonly refreshIntervalMs?: number;
+  readonly logger?: Logger;
+  readonly fetch?: FetchLike;
+  readonly scheduler?: Scheduler;
+}
+
+/** Connect through the HTTP API of any of these nodes (`GET /api/cluster`). */
+export interface UrlClientOptions extends CommonClientOptions {
+  readonly urls: string | readonly string[];
+}
+
+/** Connect by watching ZooKeeper (`host:port[,host:port]/chroot`). */
+export interface ZkClientOptions extends CommonClientOptions {
+  readonly zk: string;
+  readonly zkSessionTimeoutMs?: number;
+}
+
+/** Watch a coordinator the caller made (e.g. over an embedded znode store). */
+export interface CoordinatorClientOptions extends CommonClientOptions {
+  readonly coordinator: Coordinator;
+}
+
+export type ShardexClientOptions = UrlClientOptions | ZkClientOptions | CoordinatorClientOptions;
+
+export type Consistency = 'immediate' | 'eventual';
+
+/** Options every operation takes. */
+export interface RequestOptions {
+  /** Deadline for the whole operation, retries included. */
+  readonly timeoutMs?: number;
+  readonly signal?: AbortSignal;
+}
+
+export interface ReadOptions extends RequestOptions {
+  /** `immediate` (default): the shard leader; `eventual`: a snapshot reader chosen by the selector. */
+  readonly consistency?: Consistency;
+  /** Picks the selector profile that lists it (Accumulo's scan_type). */
+  readonly scanType?: string;
+  /**
+   * An eventual read must come from a snapshot at least this new, else the leader serves: one
+   * version for every shard, or `shard1:v1,shard2:v2`.
+   */
+  readonly minVersion?: number | string;
+  /** Read-balancer priority, passed to the node. */
+  readonly priority?: string;
+}
+
+export interface WriteOptions extends RequestOptions {
+  readonly minRf?: number;
+}
+
+export interface SearchOptions extends ReadOptions {
+  readonly filter?: string;
+  readonly sort?: string;
+  readonly offset?: number;
+  readonly limit?: number;
+  readonly fields?: readonly string[];
+}
+
+export interface AddResult {
+  readonly added: number;
+  /** Lowest achieved replication factor over the shards written. */
+  readonly rf: number;
+  readonly versions: Record<string, number>;
+}
+
+export interface DeleteResult {
+  readonly deleted: number;
+  readonly versions: Record<string, number>;
+}
+
+export interface SearchHit {
+  readonly id: string;
+  readonly score: number;
+  readonly [field: string]: unknown;
+}
+
+export interface SearchResult {
+  readonly total: number;
+  readonly hits: readonly SearchHit[];
+  readonly shards: { readonly total: number; readonly ok: number; readonly failed: number };
+}
+
+/** A document as read back: its fields plus `_version_` and `_shard_`. */
+export type StoredDoc = Record<string, unknown> & { readonly id: string; readonly _version_: number; readonly _shard_: string };
+
+// ---- failover events ------------------------------------------------------------------------
+
+export interface HostSuspendedEvent {
+  readonly host: string;
+  readonly error: unknown;
+  /** Hosts still usable after this suspension. */
+  readonly remaining: readonly string[];
+  /** When the state will be read again and the host may return (epoch ms). */
+  readonly until: number;
+}
+
+export interface HostsRestoredEvent {
+  /** Hosts that were suspended and are listed again. */
+  readonly restored: readonly string[];
+  /** Hosts that were suspended and are no longer listed. */
+  readonly gone: readonly string[];
+}
+
+/** One failed attempt that will be tried again. */
+export interface RetryInfo {
+  readonly host: string;
+  readonly error: unknown;
+  /** The attempt that failed (1 = the first). */
+  readonly attempt: number;
+  readonly delayMs: number;
+  /** The error said the host could not be reached. */
+  readonly hostUnavailable: boolean;
+  /** This failure suspended the host. */
+  readonly suspended: boolean;
+}

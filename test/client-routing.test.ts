@@ -1,0 +1,161 @@
+// The smart client's routing, against a fake network: each shard's group goes straight to its
+// leader, with the nodes' own router; reads go to the leader or, when eventual, to the reader
+// the scan-server selector picks; bad input is refused before anything is sent.
+import { afterEach, describe, expect, it } from 'vitest';
+import { ClusterSnapshot, ShardexClient } from '../src/client/index.js';
+import { ShardexError } from '../src/errors.js';
+import { formatRange, partitionRange, routeId } from '../src/hashrange/index.js';
+import { FakeNet, json } from './support/client-fakes.js';
+
+const clients: ShardexClient[] = [];
+function clientOn(net: FakeNet, extra: Partial<ConstructorParameters<typeof ShardexClient>[0]> = {}): ShardexClient {
+  const c = new ShardexClient({ urls: ['http://node1.test'], fetch: net.fetch, backoff: () => 0, refreshIntervalMs: 0, ...extra });
+  clients.push(c);
+  return c;
+}
+
+afterEach(async () => {
+  for (const c of clients.splice(0)) await c.close();
+});
+
+const ids = ['a', 'b', 'c', 'd', 'e', 'acme!1', 'acme!2', 'globex!7', 'doc-42', 'ü-ñ', 'x'.repeat(100)];
+
+describe('ClusterSnapshot', () => {
+  it('orders shards by range, never by name (shard10 follows shard9)', () => {
+    const shards: Record<string, { range: string; leader: string | null; replicas: never[] }> = {};
+    for (const r of partitionRange(12).reverse()) shards[r.name] = { range: formatRange(r), leader: null, replicas: [] };
+    const s = ClusterSnapshot.fromView({ nodes: [], collections: { c: { router: 'compositeId', numShards: 12, replicationFactor: 1, shards } } });
+    expect(s.collection('c')!.shards.map((x) => x.name)).toEqual(Array.from({ length: 12 }, (_, i) => `shard${i + 1}`));
+  });
+
+  it('routes every id to the shard the nodes route it to', () => {
+    const net = new FakeNet({ shards: 6 });
+    const s = ClusterSnapshot.fromView(net.view);
+    for (const id of ids) expect(s.router('docs').route(id).shard).toBe(routeId(id, 6, 'compositeId').shard);
+  });
+});
+
+describe('add', () => {
+  it('posts each shard group once, straight to that shard leader, and merges the answers', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net);
+    const res = await client.add('docs', ids.map((id) => ({ id, title: id })));
+    expect(res.added).toBe(ids.length);
+    expect(Object.keys(res.versions).sort()).toEqual([...ids].sort());
+    const posts = net.docPosts();
+    const shards = new Set(ids.map((id) => net.shardOf(id)));
+    expect(posts).toHaveLength(shards.size);
+    for (const p of posts) {
+      const docIds = (p.body as Array<{ id: string }>).map((d) => d.id);
+      const shard = net.shardOf(docIds[0]!);
+      expect(docIds.every((id) => net.shardOf(id) === shard)).toBe(true);
+      expect(p.host).toBe(net.leaderOf(shard));
+    }
+  });
+
+  it('refuses an invalid document before sending anything, naming its position', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net);
+    await expect(client.add('docs', [{ id: 'ok' }, { title: 'no id' }])).rejects.toMatchObject({ code: 'SHX_BAD_DOCUMENT', message: expect.stringContaining('document 1') });
+    expect(net.docPosts()).toHaveLength(0);
+  });
+
+  it('says which shards failed and how many documents were written when one group is rejected', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net);
+    const badShard = net.shardOf('a');
+    net.failNext((c) => c.method === 'POST' && c.host === net.leaderOf(badShard), () => json(400, { error: 'field price is not a number', code: 'SHX_BAD_DOCUMENT' }));
+    const err = (await client.add('docs', ids.map((id) => ({ id }))).catch((e: unknown) => e)) as ShardexError;
+    expect(err.code).toBe('SHX_BAD_DOCUMENT');
+    expect(err.details).toMatchObject({ failedShards: [badShard], written: ids.filter((id) => net.shardOf(id) !== badShard).length });
+  });
+
+  it('fails with SHX_COLLECTION_NOT_FOUND for a collection the cluster does not list', async () => {
+    const client = clientOn(new FakeNet());
+    await expect(client.add('nope', [{ id: '1' }])).rejects.toMatchObject({ code: 'SHX_COLLECTION_NOT_FOUND' });
+  });
+});
+
+describe('delete', () => {
+  it('sends each id to its shard leader', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net);
+    const res = await client.delete('docs', ['a', 'b', 'acme!1']);
+    expect(res.deleted).toBe(3);
+    const dels = net.calls.filter((c) => c.method === 'DELETE');
+    for (const d of dels) {
+      const id = decodeURIComponent(d.path.split('/').pop()!);
+      expect(d.host).toBe(net.leaderOf(net.shardOf(id)));
+    }
+  });
+});
+
+describe('get', () => {
+  it('reads from the shard leader and answers undefined for a missing document', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net);
+    await client.add('docs', [{ id: 'acme!1', n: 1 }]);
+    expect(await client.get('docs', 'acme!1')).toMatchObject({ id: 'acme!1', n: 1, _shard_: net.shardOf('acme!1') });
+    expect(await client.get('docs', 'missing')).toBeUndefined();
+    const gets = net.calls.filter((c) => c.method === 'GET' && c.path.includes('/docs/'));
+    expect(gets.map((g) => g.host)).toEqual([net.leaderOf(net.shardOf('acme!1')), net.leaderOf(net.shardOf('missing'))]);
+  });
+
+  it('sends an eventual read with its options to any node, which picks the snapshot reader', async () => {
+    const net = new FakeNet({ readers: 2 });
+    const client = clientOn(net);
+    await client.add('docs', [{ id: 'a' }]);
+    const doc = await client.get('docs', 'a', { consistency: 'eventual', scanType: 'batch', minVersion: 'shard1:5,shard2:7', priority: 'low' });
+    expect(doc).toMatchObject({ id: 'a' });
+    const get = net.calls.find((c) => c.method === 'GET' && c.path.startsWith('/api/collections/docs/docs/a'))!;
+    expect(get.host).toMatch(/^http:\/\/node\d\.test$/);
+    expect(Object.fromEntries(new URL(get.host + get.path).searchParams)).toEqual({ consistency: 'eventual', scanType: 'batch', minVersion: 'shard1:5,shard2:7', priority: 'low' });
+  });
+
+  it('spreads eventual reads over the data nodes rather than the leader', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net);
+    await client.add('docs', [{ id: 'a' }]);
+    for (let i = 0; i < 6; i++) await client.get('docs', 'a', { consistency: 'eventual' });
+    const hosts = new Set(net.calls.filter((c) => c.method === 'GET' && c.path.includes('/docs/a')).map((c) => c.host));
+    expect(hosts).toEqual(new Set(['http://node1.test', 'http://node2.test', 'http://node3.test']));
+  });
+});
+
+describe('search and commit', () => {
+  it('passes the query and options to a node', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net);
+    const res = await client.search('docs', 'title:dune', { filter: 'price:[0 TO 10]', sort: 'price desc', limit: 5, fields: ['id', 'title'], consistency: 'eventual', priority: 'low' });
+    expect(res.shards.total).toBe(4);
+    const call = net.calls.find((c) => c.path.includes('/search'))!;
+    const q = new URL(call.host + call.path).searchParams;
+    expect(Object.fromEntries(q)).toMatchObject({ q: 'title:dune', filter: 'price:[0 TO 10]', sort: 'price desc', limit: '5', fields: 'id,title', consistency: 'eventual', priority: 'low' });
+  });
+
+  it('commits through a node', async () => {
+    const net = new FakeNet();
+    expect(await clientOn(net).commit('docs')).toHaveProperty('shard1');
+  });
+});
+
+describe('deadlines and cancellation', () => {
+  it('ends an operation that outlives timeoutMs with SHX_TIMEOUT', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net, { backoff: () => 50, maxRetries: 1000 });
+    await client.connect();
+    net.script((c) => (c.method === 'POST' ? json(503, { error: 'no leader', code: 'SHX_NO_LEADER' }) : undefined));
+    await expect(client.add('docs', [{ id: 'a' }], { timeoutMs: 200 })).rejects.toMatchObject({ code: 'SHX_TIMEOUT' });
+  });
+
+  it('rejects with the caller abort reason when the signal aborts', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net, { backoff: () => 50, maxRetries: 1000 });
+    await client.connect();
+    net.script((c) => (c.method === 'POST' ? json(503, { error: 'no leader', code: 'SHX_NO_LEADER' }) : undefined));
+    const ac = new AbortController();
+    const p = client.add('docs', [{ id: 'a' }], { signal: ac.signal });
+    ac.abort(new Error('user gave up'));
+    await expect(p).rejects.toThrow('user gave up');
+  });
+});
