@@ -5,7 +5,7 @@ import { pino, type Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import type { Coordinator } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
-import { clusterView } from '../node/http/admin.js';
+import { clusterView } from '../coordination/index.js';
 import { ClusterSnapshot } from './cluster-state.js';
 import { httpCall } from './transport.js';
 import type { FetchLike } from './types.js';

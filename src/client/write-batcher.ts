@@ -4,7 +4,7 @@
 // queued for a host that has since been suspended go to the new leader (or any live node).
 // A host failure that would leave fewer than minHosts hosts stops the job.
 import pLimit, { type LimitFunction } from 'p-limit';
-import { toAddOps } from '../distrib/documents.js';
+import { documentProblem } from '../distrib/documents.js';
 import { ShardexError, isShardexError } from '../errors.js';
 import type { ShardRouter } from '../hashrange/index.js';
 import type { ShardexClient, JobContext } from './client.js';
@@ -94,15 +94,10 @@ type Listener<E> = (e: E) => void | Promise<void>;
 
 /** A document, checked with the same rules as the HTTP API; SHX_BAD_DOCUMENT otherwise. */
 export function checkDocument(doc: unknown): { id: string; doc: Record<string, unknown> } {
-  try {
-    const [op] = toAddOps([doc]);
-    return { id: op!.id, doc: op!.doc as Record<string, unknown> };
-  } catch (err) {
-    if (!isShardexError(err)) throw err;
-    // toAddOps speaks of a batch ("document 0 ...; nothing was written"): say it of one document.
-    const why = err.message.replace(/^document 0 /, '').replace(/; nothing was written$/, '');
-    throw new ShardexError(err.code, `the document ${why}`);
-  }
+  const problem = documentProblem(doc);
+  if (problem) throw new ShardexError('SHX_BAD_DOCUMENT', `the document ${problem}`);
+  const d = doc as Record<string, unknown>;
+  return { id: d.id as string, doc: d };
 }
 
 interface ShardBuffer {

@@ -2,3 +2,4 @@ export { ClusterCoordinator, type ClusterCoordinatorOptions } from './cluster.js
 export { placeReplicas } from './placement.js';
 export type { ZNodeStore, SessionState } from './store.js';
 export type * from './types.js';
+export { clusterView } from './view.js';

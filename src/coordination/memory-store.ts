@@ -16,15 +16,11 @@
 // Operations fail with CONNECTION_LOSS while disconnected, SESSION_EXPIRED while the session is
 // expired and not yet replaced, and CLOSED after close(), as in ZooKeeperStore.
 
-import { StoreError } from './store.js';
-import type { CreateMode, NodeData, SessionState, WatchEvent, WatchEventType, Watcher, ZNodeStore } from './store.js';
+import { assertValidData, assertValidPath, StoreError } from './store.js';
+import type { CreateMode, NodeData, SessionState, StoreLogger, WatchEvent, WatchEventType, Watcher, ZNodeStore } from './store.js';
 
-/** The part of a pino logger the stores use to report listener failures and session changes. */
-export interface StoreLogger {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
-}
+// Kept only for test/coordination-store.test.ts, which still imports it from here; its home is store.ts.
+export { MAX_DATA_BYTES } from './store.js';
 
 export interface MemoryZNodeServerOptions {
   /** Session timeout of sessions that do not name one: how long a disconnected session survives. Default 15000 (Solr's). */
@@ -40,33 +36,6 @@ export interface MemoryConnectOptions {
 }
 
 const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
-
-/** Throws a TypeError unless `path` is a valid znode path (the rules of ZooKeeper's PathUtils). */
-export function assertValidPath(path: string): void {
-  if (typeof path !== 'string' || path.length === 0 || path[0] !== '/') {
-    throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: it must start with '/'`);
-  }
-  if (path.length === 1) return;
-  if (path.endsWith('/')) throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: it must not end with '/'`);
-  for (const name of path.slice(1).split('/')) {
-    if (name === '') throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: empty node name`);
-    if (name === '.' || name === '..') throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: relative names are not allowed`);
-    if (name.includes('\u0000')) throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: NUL character`);
-  }
-}
-
-/**
- * The most data a znode may hold here: ZooKeeper refuses a request over its jute.maxbuffer
- * (0xfffff bytes by default, path and headers included), so the stores stop short of it.
- */
-export const MAX_DATA_BYTES = 1_000_000;
-
-/** Throws a RangeError when `data` is too large for a znode (ZooKeeper refuses it). */
-export function assertValidData(data: Buffer, path: string): void {
-  if (data.length > MAX_DATA_BYTES) {
-    throw new RangeError(`znode data for ${path} is ${data.length} bytes; ZooKeeper takes at most ${MAX_DATA_BYTES}`);
-  }
-}
 
 /** Formats a ZooKeeper sequence number: %010d of a signed 32-bit counter. */
 export function sequenceSuffix(counter: number): string {

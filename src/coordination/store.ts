@@ -65,3 +65,37 @@ export interface ZNodeStore {
   /** Closes the session: its ephemeral nodes are removed. */
   close(): Promise<void>;
 }
+
+/** The part of a pino logger the stores use to report listener failures and session changes. */
+export interface StoreLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** Throws a TypeError unless `path` is a valid znode path (the rules of ZooKeeper's PathUtils). */
+export function assertValidPath(path: string): void {
+  if (typeof path !== 'string' || path.length === 0 || path[0] !== '/') {
+    throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: it must start with '/'`);
+  }
+  if (path.length === 1) return;
+  if (path.endsWith('/')) throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: it must not end with '/'`);
+  for (const name of path.slice(1).split('/')) {
+    if (name === '') throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: empty node name`);
+    if (name === '.' || name === '..') throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: relative names are not allowed`);
+    if (name.includes('\u0000')) throw new TypeError(`Invalid znode path ${JSON.stringify(path)}: NUL character`);
+  }
+}
+
+/**
+ * The most data a znode may hold here: ZooKeeper refuses a request over its jute.maxbuffer
+ * (0xfffff bytes by default, path and headers included), so the stores stop short of it.
+ */
+export const MAX_DATA_BYTES = 1_000_000;
+
+/** Throws a RangeError when `data` is too large for a znode (ZooKeeper refuses it). */
+export function assertValidData(data: Buffer, path: string): void {
+  if (data.length > MAX_DATA_BYTES) {
+    throw new RangeError(`znode data for ${path} is ${data.length} bytes; ZooKeeper takes at most ${MAX_DATA_BYTES}`);
+  }
+}

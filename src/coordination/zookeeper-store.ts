@@ -22,11 +22,8 @@ import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import zookeeper from 'node-zookeeper-client';
 import type { Client, Event as ZooKeeperEvent, Stat } from 'node-zookeeper-client';
-import { assertValidData, assertValidPath, type StoreLogger } from './memory-store.js';
-import { StoreError } from './store.js';
-import type { CreateMode, NodeData, SessionState, StoreErrorCode, WatchEvent, WatchEventType, Watcher, ZNodeStore } from './store.js';
-
-export type { StoreLogger } from './memory-store.js';
+import { assertValidData, assertValidPath, StoreError } from './store.js';
+import type { CreateMode, NodeData, SessionState, StoreErrorCode, StoreLogger, WatchEvent, WatchEventType, Watcher, ZNodeStore } from './store.js';
 
 export interface ZooKeeperStoreOptions {
   /** 'host:port[,host:port...][/chroot]', as ZooKeeper's own clients take it. */

@@ -25,19 +25,24 @@ export function checkId(id: unknown): string {
   return id as string;
 }
 
+/** Why `doc` cannot be stored (a phrase completing "the document ..."), or undefined when it can. */
+export function documentProblem(doc: unknown): string | undefined {
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
+    return `is ${Array.isArray(doc) ? 'an array' : doc === null ? 'null' : `a ${typeof doc}`}, not a JSON object`;
+  }
+  const problem = idProblem((doc as Doc).id);
+  if (problem) return problem;
+  if (Object.hasOwn(doc, '_version_') || Object.hasOwn(doc, '_shard_')) return 'sets a reserved field (_version_ or _shard_)';
+  return undefined;
+}
+
 /** Validates a batch of documents and turns it into add ops (phase NONE: no versions yet). */
 export function toAddOps(docs: readonly unknown[]): WireOp[] {
   const ops: WireOp[] = new Array(docs.length);
   for (let i = 0; i < docs.length; i++) {
     const doc = docs[i];
-    if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
-      throw new ShardexError('SHX_BAD_DOCUMENT', `document ${i} is ${Array.isArray(doc) ? 'an array' : doc === null ? 'null' : `a ${typeof doc}`}, not a JSON object; nothing was written`, { details: { position: i } });
-    }
-    const problem = idProblem((doc as Doc).id);
+    const problem = documentProblem(doc);
     if (problem) throw new ShardexError('SHX_BAD_DOCUMENT', `document ${i} ${problem}; nothing was written`, { details: { position: i } });
-    if (Object.hasOwn(doc, '_version_') || Object.hasOwn(doc, '_shard_')) {
-      throw new ShardexError('SHX_BAD_DOCUMENT', `document ${i} sets a reserved field (_version_ or _shard_); nothing was written`, { details: { position: i } });
-    }
     ops[i] = { id: (doc as Doc).id as string, doc: doc as Doc };
   }
   return ops;

@@ -9,6 +9,8 @@
 // takes its position, as in Lucene's StopFilter, so that a phrase does not match across the gap
 // with other words.
 
+import { hashRange, TermTable } from './term-table.js';
+
 export const MAX_TOKEN_LENGTH = 255;
 
 /** Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET. */
@@ -23,9 +25,12 @@ export interface AnalyzerOptions {
   readonly stopWords?: 'english' | readonly string[] | null;
 }
 
-/** Receives the tokens of one field value, in order (the write path: no closure per document). */
+/**
+ * Receives the tokens of one field value, in order (the write path: no closure per document).
+ * A token is text[start, end), with its hashRange() already computed: no substring is made.
+ */
 export interface TokenSink {
-  token(term: string, position: number): void;
+  token(text: string, start: number, end: number, hash: number, position: number): void;
 }
 
 /** Terms of a query string, with their positions relative to the first one. */
@@ -45,11 +50,19 @@ const enum CharClass {
 }
 
 export class Analyzer {
-  private readonly stopWords: ReadonlySet<string> | null;
+  private readonly stopWords: TermTable | null = null;
 
   constructor(options: AnalyzerOptions = {}) {
     const words = options.stopWords === 'english' ? ENGLISH_STOP_WORDS : options.stopWords;
-    this.stopWords = words && words.length > 0 ? new Set(words.map((w) => normalize(w))) : null;
+    if (words && words.length > 0) {
+      const table = new TermTable();
+      for (const w of words) {
+        const n = normalize(w);
+        const h = hashRange(n, 0, n.length);
+        if (table.find(n, 0, n.length, h) < 0) table.add(n, h);
+      }
+      this.stopWords = table;
+    }
   }
 
   /**
@@ -91,8 +104,8 @@ export class Analyzer {
           end += d >= 0xd800 && d <= 0xdbff && end + 1 < n ? 2 : 1;
         }
       }
-      const term = s.slice(i, end);
-      if (stop === null || !stop.has(term)) sink.token(term, pos);
+      const hash = hashRange(s, i, end);
+      if (stop === null || stop.find(s, i, end, hash) < 0) sink.token(s, i, end, hash, pos);
       pos++;
       i = end;
     }
@@ -117,8 +130,8 @@ export class Analyzer {
 class TermCollector implements TokenSink {
   readonly terms: string[] = [];
   readonly positions: number[] = [];
-  token(term: string, position: number): void {
-    this.terms.push(term);
+  token(text: string, start: number, end: number, _hash: number, position: number): void {
+    this.terms.push(text.slice(start, end));
     this.positions.push(position);
   }
 }

@@ -13,6 +13,7 @@
 //     sumLength count live documents only, always, so statistics are exact at every moment.
 
 import type { TokenSink } from './analyzer.js';
+import { hashRange, TermTable } from './term-table.js';
 
 /** Collects the term ids a document holds, per field, so that deleting it can undo them. */
 export interface ForwardSink {
@@ -26,8 +27,9 @@ const MIN_DEAD_TO_COMPACT = 8;
 
 export class InvertedField implements TokenSink {
   readonly kind = 'inverted' as const;
-  private readonly dict = new Map<string, number>();
-  terms: string[] = [];
+  private readonly dict = new TermTable();
+  /** Term by id. */
+  readonly terms: string[] = this.dict.terms;
   termCount = 0;
 
   // ---- per term ----
@@ -80,8 +82,7 @@ export class InvertedField implements TokenSink {
   }
 
   termId(term: string): number {
-    const id = this.dict.get(term);
-    return id === undefined ? -1 : id;
+    return this.dict.get(term);
   }
 
   lengthOf(doc: number): number {
@@ -101,10 +102,15 @@ export class InvertedField implements TokenSink {
     this.tokens = 0;
   }
 
-  /** A token of a text value (TokenSink), or, for keyword fields, a whole value. */
-  token(term: string, position: number): void {
-    let id = this.dict.get(term);
-    if (id === undefined) id = this.newTerm(term);
+  /** A whole value of a keyword field. */
+  value(value: string): void {
+    this.token(value, 0, value.length, hashRange(value, 0, value.length), 0);
+  }
+
+  /** A token of a text value (TokenSink): text[start, end). */
+  token(text: string, start: number, end: number, hash: number, position: number): void {
+    let id = this.dict.find(text, start, end, hash);
+    if (id < 0) id = this.newTerm(text, start, end, hash);
     let s: number;
     if (this.stamp[id] === this.generation) {
       s = this.localSlot[id];
@@ -231,45 +237,23 @@ export class InvertedField implements TokenSink {
   }
 
   /**
-   * Renumbers documents (`newDoc[old]`, -1 = deleted) and drops terms no live document holds;
-   * returns the new id of each old term id (-1 = dropped) so the forward index can follow.
+   * Renumbers documents (`newDoc[old]`, -1 = deleted; increasing, so lists stay sorted) and
+   * drops terms no live document holds; returns the new id of each old term id (-1 = dropped)
+   * so the forward index can follow. Works in place: new numbers and ids are never greater than
+   * old ones, so every write lands on an entry already read.
    */
   renumber(newDoc: Int32Array, newMaxDoc: number): Int32Array {
-    const termMap = new Int32Array(this.termCount).fill(-1);
-    const old = {
-      terms: this.terms,
-      docFreq: this.docFreq,
-      postings: this.postings,
-      postingsLength: this.postingsLength,
-      positions: this.positions,
-      positionsLength: this.positionsLength,
-    };
     const count = this.termCount;
-    this.dict.clear();
-    this.terms = [];
-    this.termCount = 0;
-    this.postings = [];
-    this.positions = [];
-    const cap = Math.max(16, count);
-    this.docFreq = new Int32Array(cap);
-    this.deadCount = new Int32Array(cap);
-    this.postingsLength = new Int32Array(cap);
-    this.positionsLength = new Int32Array(cap);
-    this.stamp = new Int32Array(cap);
-    this.localSlot = new Int32Array(cap);
-    this.generation = 0;
+    const termMap = new Int32Array(count).fill(-1);
+    let next = 0;
     for (let t = 0; t < count; t++) {
-      if (old.docFreq[t] === 0) continue;
-      const id = this.termCount++;
+      if (this.docFreq[t] === 0) continue;
+      const id = next++;
       termMap[t] = id;
-      const term = old.terms[t];
-      this.terms.push(term);
-      this.dict.set(term, id);
-      const p = old.postings[t];
-      const len = old.postingsLength[t];
-      const pp = this.withPositions ? old.positions[t] : EMPTY;
-      const np = new Int32Array(old.docFreq[t] * 2);
-      const npp = this.withPositions ? new Int32Array(old.positionsLength[t]) : EMPTY;
+      const p = this.postings[t];
+      const len = this.postingsLength[t];
+      const pp = this.positions[t];
+      const dead = this.deadCount[t] > 0;
       let w = 0;
       let pr = 0;
       let pw = 0;
@@ -277,42 +261,49 @@ export class InvertedField implements TokenSink {
         const nd = newDoc[p[r]];
         const tf = p[r + 1];
         if (nd >= 0) {
-          np[w] = nd;
-          np[w + 1] = tf;
+          p[w] = nd;
+          p[w + 1] = tf;
           w += 2;
-          if (this.withPositions) {
-            npp.set(pp.subarray(pr, pr + tf), pw);
-            pw += tf;
-          }
+          if (this.withPositions && dead && pw !== pr) pp.copyWithin(pw, pr, pr + tf);
+          pw += tf;
         }
         pr += tf;
       }
-      this.postings.push(np);
-      this.postingsLength[id] = w;
-      this.docFreq[id] = old.docFreq[t];
-      if (this.withPositions) {
-        this.positions.push(pw === npp.length ? npp : npp.slice(0, pw));
-        this.positionsLength[id] = pw;
-      } else {
-        this.positions.push(EMPTY);
+      if (id !== t) {
+        this.postings[id] = p;
+        this.positions[id] = pp;
+        this.docFreq[id] = this.docFreq[t];
       }
+      this.postingsLength[id] = w;
+      this.positionsLength[id] = this.withPositions ? pw : 0;
+      this.deadCount[id] = 0;
     }
-    const lengths = new Int32Array(newMaxDoc);
-    const minValue = this.withPositions ? EMPTY : new Int32Array(newMaxDoc).fill(-1);
-    const maxValue = this.withPositions ? EMPTY : new Int32Array(newMaxDoc).fill(-1);
+    this.dict.retain(termMap);
+    this.termCount = next;
+    this.postings.length = next;
+    this.positions.length = next;
+    this.docFreq.fill(0, next);
+    this.deadCount.fill(0, next);
+    this.postingsLength.fill(0, next);
+    this.positionsLength.fill(0, next);
+
     const limit = Math.min(this.lengths.length, newDoc.length);
     for (let d = 0; d < limit; d++) {
       const nd = newDoc[d];
       if (nd < 0) continue;
-      lengths[nd] = this.lengths[d];
-      if (!this.withPositions && this.minValue[d] >= 0) {
-        minValue[nd] = termMap[this.minValue[d]];
-        maxValue[nd] = termMap[this.maxValue[d]];
+      this.lengths[nd] = this.lengths[d];
+      if (!this.withPositions) {
+        const lo = this.minValue[d];
+        const hi = this.maxValue[d];
+        this.minValue[nd] = lo < 0 ? -1 : termMap[lo];
+        this.maxValue[nd] = hi < 0 ? -1 : termMap[hi];
       }
     }
-    this.lengths = lengths;
-    this.minValue = minValue;
-    this.maxValue = maxValue;
+    this.lengths.fill(0, Math.min(newMaxDoc, this.lengths.length));
+    if (!this.withPositions) {
+      this.minValue.fill(-1, Math.min(newMaxDoc, this.minValue.length));
+      this.maxValue.fill(-1, Math.min(newMaxDoc, this.maxValue.length));
+    }
     this.sortedCache = null;
     this.rankCache = null;
     return termMap;
@@ -358,7 +349,7 @@ export class InvertedField implements TokenSink {
 
   // ---- growth ----
 
-  private newTerm(term: string): number {
+  private newTerm(text: string, start: number, end: number, hash: number): number {
     const id = this.termCount++;
     if (id === this.docFreq.length) {
       const cap = id * 2;
@@ -369,11 +360,9 @@ export class InvertedField implements TokenSink {
       this.stamp = grow(this.stamp, cap);
       this.localSlot = grow(this.localSlot, cap);
     }
-    // A token is a slice of the analyzed field value; copying it keeps the dictionary from
-    // holding whole document strings alive through V8's sliced strings.
-    const own = term.length >= 13 ? (' ' + term).slice(1) : term;
-    this.dict.set(own, id);
-    this.terms.push(own);
+    // A copy, not a slice: V8 slices of 13+ characters keep the whole field value alive.
+    const term = end - start >= 13 ? (' ' + text.slice(start, end)).slice(1) : text.slice(start, end);
+    this.dict.add(term, hash);
     this.postings.push(new Int32Array(2));
     this.positions.push(this.withPositions ? new Int32Array(2) : EMPTY);
     return id;

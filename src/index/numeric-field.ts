@@ -53,15 +53,16 @@ export class NumericField {
     return this.values[doc];
   }
 
+  /** Moves values to new document numbers (`newDoc[old]`, increasing; -1 = deleted), in place. */
   renumber(newDoc: Int32Array, newMaxDoc: number): void {
-    const values = new Float64Array(newMaxDoc).fill(NaN);
-    const limit = Math.min(this.values.length, newDoc.length);
-    for (let d = 0; d < limit; d++) if (newDoc[d] >= 0) values[newDoc[d]] = this.values[d];
+    const values = this.values;
+    const limit = Math.min(values.length, newDoc.length);
+    for (let d = 0; d < limit; d++) if (newDoc[d] >= 0) values[newDoc[d]] = values[d];
+    values.fill(NaN, Math.min(newMaxDoc, values.length));
     if (this.multi !== null) {
       const multi = new Map<number, Float64Array>();
       for (const [d, all] of this.multi) if (newDoc[d] >= 0) multi.set(newDoc[d], all);
       this.multi = multi.size > 0 ? multi : null;
     }
-    this.values = values;
   }
 }

@@ -9,9 +9,10 @@
 //
 // Undeclared fields follow Elasticsearch's dynamic mapping, decided per value so that the result
 // never depends on which document came first (shards see documents in different orders):
-//   - a string (or boolean, as "true"/"false") is indexed as text under `f` AND as a keyword
-//     under `f.keyword`. So `f:value` and `f:"a phrase"` search the analyzed text, and exact
-//     matching, ranges by string and sorting by string use `f.keyword:"Exact Value"`.
+//   - a string (or boolean, as "true"/"false") is indexed as text under `f` AND, if at most 256
+//     characters long (ES's ignore_above), as a keyword under `f.keyword`. So `f:value` and
+//     `f:"a phrase"` search the analyzed text, and exact matching, ranges by string and sorting
+//     by string use `f.keyword:"Exact Value"`.
 //   - a number is indexed as a number under `f`: `f:[1 TO 5]`, `sort=f asc`; `f:5` matches the
 //     number 5 as well as the text token "5".
 // Field names ending in `.keyword` are therefore reserved, as are `id` (the document id, queried

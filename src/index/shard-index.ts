@@ -28,6 +28,13 @@ export const POSITION_GAP = 100;
 export const DEFAULT_LIMIT = 10;
 /** offset + limit may not exceed this (Elasticsearch's index.max_result_window). */
 export const MAX_RESULT_WINDOW = 10_000;
+/**
+ * Longest string of an undeclared field that is also indexed as an exact value (`f.keyword`):
+ * Elasticsearch's `ignore_above: 256` of its dynamic keyword sub-field. Longer strings (bodies,
+ * descriptions) are only searchable as text, so a schema-less collection does not keep every
+ * long text a second time as a term.
+ */
+export const DYNAMIC_KEYWORD_MAX_LENGTH = 256;
 /** Dead document numbers tolerated before compact() runs by itself (and only if they outnumber live ones). */
 const MIN_DEAD_TO_COMPACT = 1024;
 
@@ -53,6 +60,8 @@ export interface SearchRequest {
   readonly boosts?: Readonly<Record<string, number>>;
   /** Operator between clauses written side by side; default 'OR'. */
   readonly defaultOperator?: 'OR' | 'AND';
+  /** Stored fields wanted (`id,title`): not used by search(), which returns ids; give it to fetch(). */
+  readonly fields?: string | readonly string[] | null;
 }
 
 export interface SearchHit {
@@ -162,11 +171,14 @@ export class ShardIndex implements IndexView, ForwardSink {
     return true;
   }
 
-  /** Renumbers the live documents densely and drops every dead posting and unused term. */
+  /** Renumbers the live documents densely and drops every dead posting and unused term (in place). */
   compact(): void {
-    const newDoc = new Int32Array(this.maxDoc).fill(-1);
+    // Terms without documents only appear through deletes, so nothing dead means nothing to do.
+    if (this.deadDocs === 0) return;
+    const oldMax = this.maxDoc;
+    const newDoc = new Int32Array(oldMax).fill(-1);
     let n = 0;
-    for (let d = 0; d < this.maxDoc; d++) if (this.live[d] === 1) newDoc[d] = n++;
+    for (let d = 0; d < oldMax; d++) if (this.live[d] === 1) newDoc[d] = n++;
     const termMaps: (Int32Array | null)[] = [];
     for (const f of this.slots) {
       if (f.kind === 'inverted') termMaps.push(f.renumber(newDoc, n));
@@ -175,27 +187,24 @@ export class ShardIndex implements IndexView, ForwardSink {
         termMaps.push(null);
       }
     }
-    const ids: (string | undefined)[] = new Array(n);
-    const forward: (Int32Array | undefined)[] = new Array(n);
-    const live = new Uint8Array(Math.max(1024, n * 2));
-    for (let d = 0; d < this.maxDoc; d++) {
+    for (let d = 0; d < oldMax; d++) {
       const nd = newDoc[d];
       if (nd < 0) continue;
       const id = this.ids[d] as string;
-      ids[nd] = id;
-      live[nd] = 1;
-      this.idToDoc.set(id, nd);
       const fwd = this.forward[d] as Int32Array;
       for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
         const map = termMaps[fwd[i]];
         if (map === null) continue;
         for (let k = i + 2; k < i + 2 + fwd[i + 1]; k++) fwd[k] = map[fwd[k]];
       }
-      forward[nd] = fwd;
+      this.ids[nd] = id;
+      this.forward[nd] = fwd;
+      this.idToDoc.set(id, nd);
     }
-    this.ids = ids;
-    this.forward = forward;
-    this.live = live;
+    this.ids.length = n;
+    this.forward.length = n;
+    this.live.fill(1, 0, n);
+    this.live.fill(0, n);
     this.maxDoc = n;
     this.deadDocs = 0;
   }
@@ -231,9 +240,9 @@ export class ShardIndex implements IndexView, ForwardSink {
         const f = plan.field;
         f.beginDoc();
         if (Array.isArray(v)) {
-          for (const item of v) if (item !== null && item !== undefined) f.token(stringOf(item), 0);
+          for (const item of v) if (item !== null && item !== undefined) f.value(stringOf(item));
         } else {
-          f.token(stringOf(v), 0);
+          f.value(stringOf(v));
         }
         f.endDoc(d, this);
         return;
@@ -256,7 +265,10 @@ export class ShardIndex implements IndexView, ForwardSink {
     }
   }
 
-  /** An undeclared field: strings (and booleans) to text `f` + keyword `f.keyword`, numbers to number `f`. */
+  /**
+   * An undeclared field: strings (and booleans) to text `f` and, up to DYNAMIC_KEYWORD_MAX_LENGTH
+   * characters, to keyword `f.keyword`; numbers to number `f`.
+   */
   private indexDynamic(plan: FieldPlan & { kind: 'dynamic' }, d: number, v: unknown): void {
     if (!Array.isArray(v)) {
       if (typeof v === 'number') {
@@ -266,36 +278,42 @@ export class ShardIndex implements IndexView, ForwardSink {
       }
       const s = stringOf(v);
       const text = (plan.text ??= this.newInverted(plan.name, true));
-      const kw = (plan.keyword ??= this.newInverted(plan.name + KEYWORD_SUFFIX, false));
       text.beginDoc();
       this.analyzer.analyze(s, 0, text);
       text.endDoc(d, this);
-      kw.beginDoc();
-      kw.token(s, 0);
-      kw.endDoc(d, this);
+      if (s.length <= DYNAMIC_KEYWORD_MAX_LENGTH) {
+        const kw = (plan.keyword ??= this.newInverted(plan.name + KEYWORD_SUFFIX, false));
+        kw.beginDoc();
+        kw.value(s);
+        kw.endDoc(d, this);
+      }
       return;
     }
     let strings = 0;
+    let short = 0;
     let n = 0;
     for (const item of v) {
       if (item === null || item === undefined) continue;
       if (typeof item === 'number') n = this.pushNumber(n, item);
-      else strings++;
+      else {
+        strings++;
+        if (stringOf(item).length <= DYNAMIC_KEYWORD_MAX_LENGTH) short++;
+      }
     }
     if (strings > 0) {
       const text = (plan.text ??= this.newInverted(plan.name, true));
-      const kw = (plan.keyword ??= this.newInverted(plan.name + KEYWORD_SUFFIX, false));
+      const kw = short > 0 ? (plan.keyword ??= this.newInverted(plan.name + KEYWORD_SUFFIX, false)) : null;
       text.beginDoc();
-      kw.beginDoc();
+      kw?.beginDoc();
       let pos = 0;
       for (const item of v) {
         if (item === null || item === undefined || typeof item === 'number') continue;
         const s = stringOf(item);
         pos = this.analyzer.analyze(s, pos, text) + POSITION_GAP;
-        kw.token(s, 0);
+        if (kw !== null && s.length <= DYNAMIC_KEYWORD_MAX_LENGTH) kw.value(s);
       }
       text.endDoc(d, this);
-      kw.endDoc(d, this);
+      kw?.endDoc(d, this);
     }
     if (n > 0) {
       plan.number ??= this.newNumeric(plan.name);
@@ -402,7 +420,8 @@ export class ShardIndex implements IndexView, ForwardSink {
     if (offset + limit > MAX_RESULT_WINDOW) {
       throw new ShardexError('SHX_BAD_REQUEST', `offset + limit must not exceed ${MAX_RESULT_WINDOW}, got ${offset + limit}`);
     }
-    const parseOptions = { defaultOperator: req.defaultOperator };
+    checkBoosts(req.boosts);
+    const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
     const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
     const sort = req.sort === undefined || typeof req.sort === 'string' ? parseSort(req.sort, this.schema) : req.sort;
@@ -427,7 +446,7 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** The statistics of the query's scoring terms and of its undeclared sort fields, for mergeStats. */
   collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {
-    const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, { defaultOperator: req.defaultOperator }) : req.q;
+    const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, { defaultOperator: checkOperator(req.defaultOperator) }) : req.q;
     const fields = new Map<string, FieldStats>();
     const terms = new Map<string, TermStats>();
     const addTerms = (fieldKey: string | null, words: readonly string[]): void => {
@@ -571,4 +590,21 @@ function checkCount(name: string, value: unknown): number {
     throw new ShardexError('SHX_BAD_REQUEST', `${name} must be a non-negative integer, got ${String(value)}`, { details: { param: name } });
   }
   return value;
+}
+
+function checkBoosts(boosts: unknown): void {
+  if (boosts === undefined) return;
+  if (typeof boosts !== 'object' || boosts === null || Array.isArray(boosts)) {
+    throw new ShardexError('SHX_BAD_REQUEST', 'boosts must map field names to numbers', { details: { param: 'boosts' } });
+  }
+  for (const [field, b] of Object.entries(boosts)) {
+    if (typeof b !== 'number' || !Number.isFinite(b) || b < 0) {
+      throw new ShardexError('SHX_BAD_REQUEST', `the boost of '${field}' must be a non-negative number, got ${String(b)}`, { details: { param: 'boosts', field } });
+    }
+  }
+}
+
+function checkOperator(op: unknown): 'OR' | 'AND' | undefined {
+  if (op === undefined || op === 'OR' || op === 'AND') return op;
+  throw new ShardexError('SHX_BAD_REQUEST', `the default operator must be OR or AND, got ${String(op)}`, { details: { param: 'defaultOperator' } });
 }

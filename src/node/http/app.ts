@@ -92,7 +92,7 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
     bodyLimit: opts.bodyLimit,
     // Ids up to 512 UTF-8 bytes travel percent-encoded in paths (up to 12 characters per
     // code point): let every id reach the handler, which names what is wrong with it.
-    maxParamLength: 16 * 1024,
+    routerOptions: { maxParamLength: 16 * 1024 },
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
     // Errors the router raises before any route runs (a path that is not percent-encoded
