@@ -9,7 +9,7 @@ import { checkId, toAddOps } from '../distrib/documents.js';
 import { exponentialBackoff, isTransient, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { groupByShard } from '../distrib/update-processor.js';
 import { ShardexError, isShardexError } from '../errors.js';
-import { ClusterSnapshot } from './cluster-state.js';
+import { ClusterSnapshot, type NodeView } from './cluster-state.js';
 import { DEFAULT_MIN_HOSTS, DEFAULT_SUSPEND_TIME_MS, HostAvailability, minHostsError } from './host-availability.js';
 import { CoordinatorStateSource, HttpStateSource, normalizeUrls, type ClusterStateSource } from './state-source.js';
 import { intOption } from './options.js';
@@ -32,6 +32,13 @@ import type {
 } from './types.js';
 import { QueryBatcher, type QueryBatcherOptions } from './query-batcher.js';
 import { WriteBatcher, type WriteBatcherOptions } from './write-batcher.js';
+import { distributedSearch } from '../distrib/search.js';
+import { parseSchema } from '../index/index.js';
+import { PeerClients } from '../node/grpc.js';
+import { silentLogger } from '../node/logger.js';
+import { EventualRouter, type ServedBy } from '../read/eventual.js';
+import { ReadPath } from '../read/read-path.js';
+import { ReaderSelector } from '../read/selector.js';
 
 /** The failover context of one job (a batcher) or of one plain operation. */
 export interface JobContext {
@@ -79,6 +86,7 @@ export class ShardexClient {
   readonly minHosts: number;
   readonly maxRetries: number;
   private readonly failover: HostAvailability;
+  private readonly selectorProfiles: unknown;
   private snapshot: ClusterSnapshot = ClusterSnapshot.empty();
   private loaded = false;
   private refreshing: Promise<ClusterSnapshot> | undefined;
@@ -100,6 +108,7 @@ export class ShardexClient {
     this.refreshIntervalMs = intOption('refreshIntervalMs', opts.refreshIntervalMs, 30_000, 0);
     this.minHosts = intOption('minHosts', opts.minHosts, DEFAULT_MIN_HOSTS);
     this.maxRetries = intOption('maxRetries', opts.maxRetries, 10, 0);
+    this.selectorProfiles = opts.selectorProfiles;
     if ('coordinator' in opts) {
       this.source = new CoordinatorStateSource(async () => opts.coordinator, false, 'coordinator');
     } else if ('zk' in opts) {
@@ -413,19 +422,18 @@ export class ShardexClient {
 
   /**
    * A document by id. Immediate (default): from the shard's leader, which sees every
-   * acknowledged write. Eventual: through any usable node, which picks a snapshot reader with
-   * the scan-server selector (src/read's EventualRouter; readers answer only peers) and falls
-   * back to the leader when none can serve.
+   * acknowledged write. Eventual: the client runs the scan-server selector itself and asks the
+   * chosen snapshot reader over gRPC, falling back to the leader when none can serve.
    */
   async get(collection: string, id: string, opts: ReadOptions = {}): Promise<StoredDoc | undefined> {
     checkId(id);
     return this.withDeadline(opts, `getting ${collection}/${id}`, async (signal) => {
       const s = await this.collectionState(collection);
       const shard = s.router(collection).route(id).shard;
-      const eventual = opts.consistency === 'eventual';
+      if (opts.consistency === 'eventual') return this.eventualGet(collection, shard, id, opts);
       try {
         return await this.withFailover(this.singleOp(), {
-          preferred: () => (eventual ? undefined : this.snapshot.leaderHost(collection, shard)),
+          preferred: () => this.snapshot.leaderHost(collection, shard),
           spread: this.nextSpread(),
           ...(signal && { signal }),
           send: async (host) =>
@@ -438,8 +446,80 @@ export class ShardexClient {
     });
   }
 
-  /** A distributed search, through any usable node. */
+  // ---- eventual reads: the selector runs here, readers are asked over gRPC ---------------
+
+  private readPathCache: { path: ReadPath; peers: PeerClients } | undefined;
+
+  /** The read path of eventual reads: the same selector and protocol a node uses. */
+  private eventualPath(): ReadPath {
+    if (!this.readPathCache) {
+      const nodes = (): readonly NodeView[] => this.snapshot.nodes;
+      const peers = new PeerClients({ resolve: (name) => nodes().find((n) => n.name === name)?.grpc, logger: this.log ?? silentLogger() });
+      const router = new EventualRouter({
+        selector: new ReaderSelector(this.selectorProfiles),
+        readers: () => nodes().filter((n) => n.role === 'reader').map((n) => ({ name: n.name, http: n.http, grpc: n.grpc, role: 'reader' as const, ...(n.group !== undefined && { group: n.group }) })),
+        call: (reader, body, eventual) => path.callReader(reader, body, eventual),
+      });
+      const path: ReadPath = new ReadPath(
+        {
+          leader: (c, shard) => this.snapshot.collection(c)?.shards.find((x) => x.name === shard)?.leader ?? undefined,
+          call: (node, method, body, timeoutMs) => peers.call(node, method, body, timeoutMs),
+        },
+        router,
+      );
+      this.readPathCache = { path, peers };
+    }
+    return this.readPathCache.path;
+  }
+
+  private eventualOptions(opts: ReadOptions): { consistency: 'eventual'; scanType?: string; minVersion?: string } {
+    return {
+      consistency: 'eventual',
+      ...(opts.scanType !== undefined && { scanType: opts.scanType }),
+      ...(opts.minVersion !== undefined && { minVersion: String(opts.minVersion) }),
+    };
+  }
+
+  /** Retries a read on retryable errors, re-reading the cluster state in between. */
+  private async retryRead<T>(what: string, run: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await run();
+      } catch (err) {
+        if (!isTransient(err) || attempt > this.maxRetries) throw err;
+        this.log?.warn({ what, attempt, err: (err as Error).message }, 'eventual read failed; retrying');
+        await sleep(this.backoff(attempt));
+        await this.refresh({ force: true }).catch(() => undefined);
+      }
+    }
+  }
+
+  private async eventualGet(collection: string, shard: string, id: string, opts: ReadOptions): Promise<StoredDoc | undefined> {
+    const { entries } = await this.retryRead(`get ${collection}/${id}`, () => this.eventualPath().get(collection, shard, [id], this.eventualOptions(opts)));
+    const e = entries[0];
+    return e && e.doc !== null ? ({ ...e.doc, id: e.id, _version_: e.version, _shard_: shard } as StoredDoc) : undefined;
+  }
+
+  private async eventualSearch(collection: string, query: string, opts: SearchOptions): Promise<SearchResult> {
+    const c = (await this.collectionState(collection)).collection(collection)!;
+    return this.retryRead(`search ${collection}`, async () => {
+      const servedBy: Record<string, ServedBy> = {};
+      const searchers = this.eventualPath().searchers(collection, c.shards.map((s) => s.name), this.eventualOptions(opts), servedBy);
+      const res = await distributedSearch(parseSchema(c.fields), searchers, {
+        q: query,
+        ...(opts.filter !== undefined && { filters: [opts.filter] }),
+        ...(opts.sort !== undefined && { sort: opts.sort }),
+        ...(opts.offset !== undefined && { offset: opts.offset }),
+        ...(opts.limit !== undefined && { limit: opts.limit }),
+        ...(opts.fields !== undefined && { fields: opts.fields.join(',') }),
+      });
+      return { ...res, servedBy } as SearchResult;
+    });
+  }
+
+  /** A distributed search, through any usable node (eventual: the client picks readers itself). */
   async search(collection: string, query: string, opts: SearchOptions = {}): Promise<SearchResult> {
+    if (opts.consistency === 'eventual') return this.withDeadline(opts, `searching ${collection}`, () => this.eventualSearch(collection, query, opts));
     const params = readParams(opts);
     params.set('q', query);
     if (opts.filter !== undefined) params.set('filter', opts.filter);
@@ -489,6 +569,7 @@ export class ShardexClient {
     if (this.pollTimer) clearInterval(this.pollTimer);
     this.unwatch?.();
     this.failover.close();
+    this.readPathCache?.peers.close();
     await this.source.close();
   }
 }

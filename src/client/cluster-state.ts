@@ -32,6 +32,8 @@ export interface CollectionView {
   readonly router: string;
   readonly numShards: number;
   readonly replicationFactor: number;
+  /** Field types of the search schema, as given at creation. */
+  readonly fields?: Record<string, string>;
   /** In ascending range order (shard1, shard2, ...; never string-sorted). */
   readonly shards: readonly ShardView[];
 }
@@ -46,6 +48,7 @@ export interface ClusterViewJson {
         router: string;
         numShards: number;
         replicationFactor: number;
+        fields?: Record<string, string>;
         shards: Readonly<Record<string, { range: string; leader: string | null; replicas: ReadonlyArray<{ node: string; state: string }> }>>;
       }
     >
@@ -89,7 +92,7 @@ export class ClusterSnapshot {
         .map(([shard, s]) => ({ name: shard, range: s.range, leader: s.leader ?? null, replicas: s.replicas ?? [], min: parseRange(s.range).min }))
         .sort((a, b) => a.min - b.min)
         .map(({ min: _min, ...s }) => s);
-      collections.set(name, { name, router: c.router, numShards: c.numShards, replicationFactor: c.replicationFactor, shards });
+      collections.set(name, { name, router: c.router, numShards: c.numShards, replicationFactor: c.replicationFactor, ...(c.fields && { fields: c.fields }), shards });
     }
     return new ClusterSnapshot(nodes, collections);
   }

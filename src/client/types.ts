@@ -3,6 +3,7 @@
 import type { Logger } from 'pino';
 import type { Coordinator } from '../coordination/index.js';
 import type { BackoffPolicy } from '../distrib/retry.js';
+import type { ServedBy } from '../read/eventual.js';
 
 /** The `fetch` the client calls (injectable so tests can fake the network). */
 export type FetchLike = (url: string, init: RequestInit) => Promise<Response>;
@@ -33,6 +34,8 @@ interface CommonClientOptions {
   readonly logger?: Logger;
   readonly fetch?: FetchLike;
   readonly scheduler?: Scheduler;
+  /** Scan-server selector profiles (Accumulo's JSON) for eventual reads; default: Accumulo's default. */
+  readonly selectorProfiles?: unknown;
 }
 
 /** Connect through the HTTP API of any of these nodes (`GET /api/cluster`). */
@@ -52,6 +55,8 @@ export interface CoordinatorClientOptions extends CommonClientOptions {
 }
 
 export type ShardexClientOptions = UrlClientOptions | ZkClientOptions | CoordinatorClientOptions;
+
+export type { ServedBy };
 
 export type Consistency = 'immediate' | 'eventual';
 
@@ -110,6 +115,8 @@ export interface SearchResult {
   readonly total: number;
   readonly hits: readonly SearchHit[];
   readonly shards: { readonly total: number; readonly ok: number; readonly failed: number };
+  /** Eventual reads: who served each shard (reader, snapshot, attempts, fallback to the leader). */
+  readonly servedBy?: Readonly<Record<string, ServedBy>>;
 }
 
 /** A document as read back: its fields plus `_version_` and `_shard_`. */

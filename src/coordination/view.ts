@@ -22,6 +22,6 @@ function collectionView(coord: Coordinator, state: CollectionState): unknown {
       replicas: s.replicas.map((r) => ({ node: r.node, state: coord.isLive(r.node) ? r.state : 'down' })),
     };
   }
-  return { router: state.router, numShards: state.numShards, replicationFactor: state.replicationFactor, shards };
+  return { router: state.router, numShards: state.numShards, replicationFactor: state.replicationFactor, ...(state.fields && { fields: state.fields }), shards };
 }
 

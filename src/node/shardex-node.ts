@@ -10,15 +10,15 @@ import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
-import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest, type ShardSearcher } from '../distrib/search.js';
-import { parseSchema, type CollectionSchema, type IndexStats, type ShardIndex, type ShardSearchResult, type StoredDoc } from '../index/index.js';
+import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
+import { parseSchema, type CollectionSchema, type ShardIndex } from '../index/index.js';
 import { peerSync, syncFrom, syncStart, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
-import { EventualRouter, parseMinVersion, type ServedBy } from '../read/eventual.js';
+import { EventualRouter, type ServedBy } from '../read/eventual.js';
+import { ReadPath, type ReadOptions, type ReadTransport } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';
-import type { EventualOptions, ReaderAnswer } from '../read/snapshot-reader.js';
 import { ReplicaStore, type CommitPoint, type Doc, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer } from './grpc.js';
 import { buildHttp } from './http/app.js';
@@ -63,6 +63,8 @@ export interface ExportRequest {
 
 type PeerSearchRequest = ({ kind: 'export' } & ExportRequest) | ShardPhaseRequest;
 
+export type { ReadOptions } from '../read/read-path.js';
+
 export interface GetResult {
   /** The document, or undefined when an eventual read found none (servedBy says where it looked). */
   readonly entry: StoredEntry | undefined;
@@ -70,19 +72,6 @@ export interface GetResult {
   readonly servedBy?: ServedBy;
 }
 
-export interface ReadOptions {
-  readonly distrib?: boolean;
-  /** immediate (default): the shard leaders; eventual: snapshot readers, chosen by the selector. */
-  readonly consistency?: 'immediate' | 'eventual';
-  readonly scanType?: string;
-  /** One version for every shard, or a shard:version token (see parseMinVersion). */
-  readonly minVersion?: string;
-}
-
-function eventualMin(opts: ReadOptions, shard: string): { minVersion?: number } {
-  const v = parseMinVersion(opts.minVersion)(shard);
-  return v === undefined ? {} : { minVersion: v };
-}
 
 export class ShardexNode {
   readonly name: string;
@@ -102,8 +91,7 @@ export class ShardexNode {
   private stopped = false;
   private readonly forwarded: Counter<'phase'>;
   private readonly recoveries: Counter<'method'>;
-  private readonly eventual: EventualRouter;
-  private readonly selector: ReaderSelector;
+  private readonly readPath: ReadPath;
   private readonly commitTimers = new Map<string, NodeJS.Timeout>();
   httpUrl = '';
   grpcAddress = '';
@@ -149,12 +137,12 @@ export class ShardexNode {
       onForward: (phase, n) => this.forwarded.inc({ phase }, n),
       isStopping: () => this.stopped,
     });
-    this.selector = new ReaderSelector(opts.selectorProfiles);
-    this.eventual = new EventualRouter({
-      selector: this.selector,
+    const eventual = new EventualRouter({
+      selector: new ReaderSelector(opts.selectorProfiles),
       readers: () => this.readers(),
-      call: (reader, body, eventual) => this.callReader(reader, body as { method: 'get' | 'search' }, eventual),
+      call: (reader, body, options) => this.readPath.callReader(reader, body, options),
     });
+    this.readPath = new ReadPath(this.readTransport(), eventual);
     this.grpcServer = new PeerServer(
       {
         update: (u) => this.onPeerUpdate(u),
@@ -448,7 +436,7 @@ export class ShardexNode {
   }
 
   /** Real-time get: from the shard leader (distrib), or only from this node's replica. */
-  async get(collection: string, id: string, opts: ReadOptions = {}): Promise<GetResult | undefined> {
+  async get(collection: string, id: string, opts: ReadOptions & { distrib?: boolean } = {}): Promise<GetResult | undefined> {
     const state = this.collectionState(collection);
     checkId(id);
     const shard = routerOf(state).route(id).shard;
@@ -457,28 +445,10 @@ export class ShardexNode {
       const entry = local ? await local.store.get(id) : undefined;
       return entry && entry.doc !== null ? { entry, shard } : undefined;
     }
-    const fromLeader = async (): Promise<{ node: string; value: Array<StoredEntry | null> }> => {
-      const leader = this.coordinator.leader(collection, shard);
-      if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
-      const value =
-        leader.node === this.name
-          ? await this.onPeerGet({ collection, shard, ids: [id] })
-          : await this.peers.call<Array<StoredEntry | null>>(leader.node, 'get', { collection, shard, ids: [id] });
-      return { node: leader.node, value };
-    };
-    let entries: Array<StoredEntry | null>;
-    let servedBy: ServedBy | undefined;
-    if (opts.consistency === 'eventual') {
-      const r = await this.eventual.run(
-        { collection, shard, ...(opts.scanType !== undefined && { scanType: opts.scanType }), ...eventualMin(opts, shard) },
-        { method: 'get', collection, shard, ids: [id] },
-        fromLeader,
-      );
-      entries = r.value;
-      servedBy = r.servedBy;
-    } else entries = (await fromLeader()).value;
+    const { entries, servedBy } = await this.readPath.get(collection, shard, [id], opts);
     const entry = entries[0];
-    return entry && entry.doc !== null ? { entry, shard, ...(servedBy && { servedBy }) } : servedBy ? { entry: undefined, shard, servedBy } : undefined;
+    if (entry && entry.doc !== null) return { entry, shard, ...(servedBy && { servedBy }) };
+    return servedBy ? { entry: undefined, shard, servedBy } : undefined;
   }
 
   /** The snapshot readers known to the cluster. */
@@ -544,58 +514,23 @@ export class ShardexNode {
   /** A distributed search over every shard of the collection, each served by its leader. */
   async search(collection: string, params: SearchParams, opts: ReadOptions = {}): Promise<SearchResponse & { servedBy?: Record<string, ServedBy> }> {
     const state = this.collectionState(collection);
-    const schema = this.schemaOf(collection);
     const servedBy: Record<string, ServedBy> = {};
-    const searchers: ShardSearcher[] = state.shards.map((s) => {
-      const shard = s.name;
-      const onLeader = async <T>(body: PeerSearchRequest): Promise<{ node: string; value: T }> => {
-        const leader = this.coordinator.leader(collection, shard);
-        if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
-        const value = leader.node === this.name ? ((await this.onPeerSearch(body)) as T) : await this.peers.call<T>(leader.node, 'search', body);
-        return { node: leader.node, value };
-      };
-      if (opts.consistency !== 'eventual') {
-        const remote = async <T>(body: PeerSearchRequest): Promise<T> => (await onLeader<T>(body)).value;
-        return {
-          shard,
-          stats: (p) => remote<IndexStats>({ kind: 'stats', collection, shard, params: p }),
-          query: (p, stats) => remote<ShardSearchResult>({ kind: 'query', collection, shard, params: p, stats }),
-          fetch: (ids, fields) => remote<StoredDoc[]>({ kind: 'fetch', collection, shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
-        };
-      }
-      // Eventual: the first phase picks the server of the shard (a reader, or the leader on
-      // fallback); the later phases go to the same one, so all read the same snapshot.
-      let chosen: ServedBy | undefined;
-      const phase = async <T>(body: PeerSearchRequest): Promise<T> => {
-        if (chosen === undefined) {
-          const r = await this.eventual.run<T>(
-            { collection, shard, ...(opts.scanType !== undefined && { scanType: opts.scanType }), ...eventualMin(opts, shard) },
-            { method: 'search', ...body },
-            () => onLeader<T>(body),
-          );
-          chosen = r.servedBy;
-          servedBy[shard] = r.servedBy;
-          return r.value;
-        }
-        if (chosen.fallback) return (await onLeader<T>(body)).value;
-        const ans = await this.callReader<T>(chosen.node, { method: 'search', ...body }, { busyTimeoutMs: 5000 });
-        return ans.result;
-      };
-      return {
-        shard,
-        stats: (p) => phase<IndexStats>({ kind: 'stats', collection, shard, params: p }),
-        query: (p, stats) => phase<ShardSearchResult>({ kind: 'query', collection, shard, params: p, stats }),
-        fetch: (ids, fields) => phase<StoredDoc[]>({ kind: 'fetch', collection, shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
-      };
-    });
-    const res = await distributedSearch(schema, searchers, params);
+    const searchers = this.readPath.searchers(collection, state.shards.map((s) => s.name), opts, servedBy);
+    const res = await distributedSearch(this.schemaOf(collection), searchers, params);
     return opts.consistency === 'eventual' ? { ...res, servedBy } : res;
   }
 
-  /** One call to a snapshot reader: `body.method` names the RPC (get or search). */
-  private callReader<T>(reader: string, body: { method: 'get' | 'search' } & object, eventual: EventualOptions): Promise<ReaderAnswer<T>> {
-    const { method, ...rest } = body;
-    return this.peers.call<ReaderAnswer<T>>(reader, method, { ...rest, eventual }, eventual.busyTimeoutMs + 30_000);
+  /** Peer calls for reads, answered locally when this node is the target. */
+  private readTransport(): ReadTransport {
+    return {
+      leader: (c, s) => this.coordinator.leader(c, s)?.node,
+      call: <T>(node: string, method: 'get' | 'search', body: object, timeoutMs?: number): Promise<T> => {
+        if (node === this.name) {
+          return (method === 'get' ? this.onPeerGet(body as ShardRef & { ids: string[] }) : this.onPeerSearch(body as PeerSearchRequest)) as Promise<T>;
+        }
+        return this.peers.call<T>(node, method, body, timeoutMs);
+      },
+    };
   }
 
   private async onPeerSearch(req: PeerSearchRequest): Promise<unknown> {

@@ -1,6 +1,7 @@
 // Issue 5: eventual reads from snapshot readers chosen by the scan-server selector.
 import pLimit from 'p-limit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ShardexClient } from '../../src/client/index.js';
 import { rendezvousCandidates } from '../../src/read/index.js';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
 
@@ -74,6 +75,26 @@ describe('the Accumulo scenario: eventual reads see commit points only', () => {
       expect(r.body._version_).toBeGreaterThanOrEqual(v);
       expect(r.body.n).toBe(i);
       if (i % 5 === 0) await http('POST', `${url}/api/collections/scan/commit`);
+    }
+  });
+
+  it('lets the smart client pick the reader itself for eventual gets and searches', async () => {
+    const client = new ShardexClient({ urls: tc.urls, refreshIntervalMs: 0 });
+    try {
+      const w = await client.add('scan', [{ id: 'c1', title: 'client side selection' }]);
+      // Not committed yet: the snapshot does not have it, the leader does.
+      expect(await client.get('scan', 'c1', { consistency: 'eventual' })).toBeUndefined();
+      expect((await client.get('scan', 'c1'))?.title).toBe('client side selection');
+      // With minVersion the client falls back to the leader rather than serve an older snapshot.
+      expect((await client.get('scan', 'c1', { consistency: 'eventual', minVersion: w.versions.c1! }))?.title).toBe('client side selection');
+      await client.commit('scan');
+      await until('the client to see the commit', async () => ((await client.get('scan', 'c1', { consistency: 'eventual' })) ? true : undefined));
+      const res = await client.search('scan', 'client', { consistency: 'eventual', fields: ['title'] });
+      expect(res.hits.map((h) => h.id)).toEqual(['c1']);
+      expect(Object.values(res.servedBy ?? {}).length).toBe(2);
+      for (const s of Object.values(res.servedBy ?? {})) expect(s).toMatchObject({ node: 'reader1', fallback: false });
+    } finally {
+      await client.close();
     }
   });
 
