@@ -100,37 +100,17 @@ describe('get', () => {
     const gets = net.calls.filter((c) => c.method === 'GET' && c.path.includes('/docs/'));
     expect(gets.map((g) => g.host)).toEqual([net.leaderOf(net.shardOf('acme!1')), net.leaderOf(net.shardOf('missing'))]);
   });
-
-  it('sends an eventual read with its options to any node, which picks the snapshot reader', async () => {
-    const net = new FakeNet({ readers: 2 });
-    const client = clientOn(net);
-    await client.add('docs', [{ id: 'a' }]);
-    const doc = await client.get('docs', 'a', { consistency: 'eventual', scanType: 'batch', minVersion: 'shard1:5,shard2:7', priority: 'low' });
-    expect(doc).toMatchObject({ id: 'a' });
-    const get = net.calls.find((c) => c.method === 'GET' && c.path.startsWith('/api/collections/docs/docs/a'))!;
-    expect(get.host).toMatch(/^http:\/\/node\d\.test$/);
-    expect(Object.fromEntries(new URL(get.host + get.path).searchParams)).toEqual({ consistency: 'eventual', scanType: 'batch', minVersion: 'shard1:5,shard2:7', priority: 'low' });
-  });
-
-  it('spreads eventual reads over the data nodes rather than the leader', async () => {
-    const net = new FakeNet();
-    const client = clientOn(net);
-    await client.add('docs', [{ id: 'a' }]);
-    for (let i = 0; i < 6; i++) await client.get('docs', 'a', { consistency: 'eventual' });
-    const hosts = new Set(net.calls.filter((c) => c.method === 'GET' && c.path.includes('/docs/a')).map((c) => c.host));
-    expect(hosts).toEqual(new Set(['http://node1.test', 'http://node2.test', 'http://node3.test']));
-  });
 });
 
 describe('search and commit', () => {
   it('passes the query and options to a node', async () => {
     const net = new FakeNet();
     const client = clientOn(net);
-    const res = await client.search('docs', 'title:dune', { filter: 'price:[0 TO 10]', sort: 'price desc', limit: 5, fields: ['id', 'title'], consistency: 'eventual', priority: 'low' });
+    const res = await client.search('docs', 'title:dune', { filter: 'price:[0 TO 10]', sort: 'price desc', limit: 5, fields: ['id', 'title'], scanType: 'batch', priority: 'low' });
     expect(res.shards.total).toBe(4);
     const call = net.calls.find((c) => c.path.includes('/search'))!;
     const q = new URL(call.host + call.path).searchParams;
-    expect(Object.fromEntries(q)).toMatchObject({ q: 'title:dune', filter: 'price:[0 TO 10]', sort: 'price desc', limit: '5', fields: 'id,title', consistency: 'eventual', priority: 'low' });
+    expect(Object.fromEntries(q)).toMatchObject({ q: 'title:dune', filter: 'price:[0 TO 10]', sort: 'price desc', limit: '5', fields: 'id,title', scanType: 'batch', priority: 'low' });
   });
 
   it('commits through a node', async () => {
