@@ -184,11 +184,11 @@ export class ClusterCoordinator implements Coordinator {
   private async watchLiveNodes(): Promise<void> {
     if (this.closed) return;
     const names = await this.store.children('/live_nodes', () => void this.watchLiveNodes().catch((err) => this.watchFailed(err)));
+    // Read every entry again: a node restarted under the same name re-registers with new
+    // addresses, possibly before this watch fires, so a cached entry may be stale.
     const next = new Map<string, NodeInfo>();
     await Promise.all(
       names.map(async (n) => {
-        const known = this.live.get(n);
-        if (known) return void next.set(n, known);
         const d = await this.store.get(`/live_nodes/${n}`);
         if (d) next.set(n, parse<NodeInfo>(d.data));
       }),
