@@ -437,13 +437,29 @@ describe('ReplicaStore across a reopen', () => {
     expect(again.docCount).toBe(5);
   });
 
-  it('keeps the commit point', async () => {
+  it('commits what is on disk when it opens, at the version of the last commit or newer', async () => {
     const store = await openStore();
     await store.apply(ops);
     const point = await store.commit();
-    const again = await reopen(store);
-    expect(again.lastCommit).toEqual(point);
     expect(point.version).toBe(17);
+    const again = await reopen(store);
+    expect(again.lastCommit?.version).toBe(point.version);
+    let live = 0;
+    for await (const e of again.commitEntries()) if (e.doc !== null) live++;
+    expect(live).toBe(again.docCount);
+  });
+
+  it('serves a commit point as a snapshot: later writes are not in it', async () => {
+    const store = await openStore();
+    await store.apply([{ id: 'x', version: 100, doc: { id: 'x', n: 1 } }]);
+    const point = await store.commit();
+    await store.apply([{ id: 'x', version: 200, doc: { id: 'x', n: 2 } }, { id: 'y', version: 201, doc: { id: 'y' } }]);
+    const seen: Array<{ id: string; version: number }> = [];
+    for await (const e of store.commitEntries()) seen.push({ id: e.id, version: e.version });
+    expect(point.version).toBe(100);
+    expect(seen).toEqual([{ id: 'x', version: 100 }]);
+    expect((await store.updatesAfter(100, 10, 200)).map((e) => e.version)).toEqual([200]);
+    await store.close();
   });
 
   it('keeps the update log', async () => {
