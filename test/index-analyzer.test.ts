@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ShardexError } from '../src/errors.js';
 import { Analyzer, checkDocument, parseFieldList, parseSchema, projectFields, ShardIndex } from '../src/index/index.js';
+import { hashRange, TermTable } from '../src/index/term-table.js';
 
 const terms = (text: string, analyzer = new Analyzer()): string[] => analyzer.terms(text).terms;
 
@@ -33,6 +34,24 @@ describe('analyzer', () => {
     expect(ix.search({ q: 'école AND STRASSE' }).total).toBe(0);
     expect(ix.search({ q: 'École AND straße' }).total).toBe(1);
     expect(ix.search({ q: 'title:ÉCO*' }).total).toBe(1);
+  });
+});
+
+describe('term table', () => {
+  it('finds terms by a range of a larger string, across growth and renumbering', () => {
+    const table = new TermTable();
+    const words = Array.from({ length: 5000 }, (_, i) => `w${i.toString(36)}`);
+    for (const w of words) expect(table.add(w, hashRange(w, 0, w.length))).toBe(table.size - 1);
+    const text = ` ${words[1234]} `;
+    expect(table.find(text, 1, text.length - 1, hashRange(text, 1, text.length - 1))).toBe(1234);
+    expect(table.get('absent')).toBe(-1);
+    // Keep every third term, renumbered in order.
+    const keep = new Int32Array(words.length).fill(-1);
+    let next = 0;
+    for (let i = 0; i < words.length; i += 3) keep[i] = next++;
+    table.retain(keep);
+    expect(table.size).toBe(next);
+    for (let i = 0; i < words.length; i++) expect(table.get(words[i])).toBe(keep[i]);
   });
 });
 
@@ -120,6 +139,16 @@ describe('documents', () => {
     });
   }
 
+  it('indexes only short undeclared strings as exact values', () => {
+    const ix = new ShardIndex(schema);
+    const long = `long ${'x'.repeat(300)}`;
+    ix.add('a', { note: long, tags: ['short', long] });
+    expect(ix.search({ q: 'note:long AND tags:long' }).hits.map((h) => h.id)).toEqual(['a']);
+    expect(ix.search({ q: 'note.keyword:*' }).hits.map((h) => h.id)).toEqual([]);
+    expect(ix.search({ q: 'tags.keyword:short' }).hits.map((h) => h.id)).toEqual(['a']);
+    expect(ix.search({ sort: 'tags.keyword desc' }).hits[0].sortValues).toEqual(['short']);
+  });
+
   it('projects stored fields, id first and reserved keys left out', () => {
     const doc = { id: 'x', title: 't', price: 3, _version_: 9 };
     expect(projectFields('x', doc, null)).toEqual({ id: 'x', title: 't', price: 3 });
@@ -138,6 +167,12 @@ describe('search requests', () => {
     expect(() => ix.search({ offset: -1 })).toThrow(/offset must be a non-negative integer/);
     expect(() => ix.search({ limit: 1.5 })).toThrow(/limit must be a non-negative integer/);
     expect(() => ix.search({ offset: 9000, limit: 1001 })).toThrow(/offset \+ limit must not exceed 10000/);
+  });
+
+  it('rejects bad boosts and operators', () => {
+    expect(() => ix.search({ boosts: { title: -1 } })).toThrow(/the boost of 'title' must be a non-negative number/);
+    expect(() => ix.search({ boosts: { title: '2' as never } })).toThrow(/the boost of 'title'/);
+    expect(() => ix.search({ defaultOperator: 'XOR' as never })).toThrow(/the default operator must be OR or AND/);
   });
 
   it('defaults to every document, score desc, 10 hits', () => {

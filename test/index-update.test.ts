@@ -217,6 +217,18 @@ describe('an index after many updates', () => {
     for (const req of queries) expect(ix.search({ limit: 50, ...req }), JSON.stringify(req)).toEqual(fresh.search({ limit: 50, ...req }));
   });
 
+  it('answers the same after trim(), and keeps taking updates', () => {
+    const ix = new ShardIndex(schema);
+    const final = new Map<string, StoredDoc>();
+    churn(ix, final, 1500, 400, 21);
+    const before = queries.map((req) => ix.search({ limit: 50, ...req }));
+    ix.trim();
+    expect(queries.map((req) => ix.search({ limit: 50, ...req }))).toEqual(before);
+    churn(ix, final, 500, 400, 22);
+    const fresh = freshFrom(final);
+    for (const req of queries) expect(ix.search({ limit: 50, ...req }), JSON.stringify(req)).toEqual(fresh.search({ limit: 50, ...req }));
+  });
+
   it('compacts itself under heavy overwriting and still answers exactly', () => {
     const ix = new ShardIndex(schema);
     const final = new Map<string, StoredDoc>();

@@ -4,7 +4,8 @@
 //
 // Layout, chosen for the write path (one call per token, no allocation but for new terms and
 // amortized array growth):
-//   - terms get dense ids; per-term data lives in parallel typed arrays indexed by term id;
+//   - terms get dense ids from a TermTable, which finds a token by its range in the field value
+//     (no substring per token); per-term data lives in parallel typed arrays indexed by term id;
 //   - a term's postings are one Int32Array of [doc, tf, doc, tf, ...] in increasing doc order
 //     (documents get increasing numbers and are never renumbered but by ShardIndex.compact), and
 //     for text its positions one Int32Array, tf entries per posting, in the same order;
@@ -307,6 +308,18 @@ export class InvertedField implements TokenSink {
     this.sortedCache = null;
     this.rankCache = null;
     return termMap;
+  }
+
+  /** Gives back the spare capacity of postings arrays (up to half of them after growing by doubling). */
+  trim(): void {
+    for (let id = 0; id < this.termCount; id++) {
+      const len = this.postingsLength[id];
+      if (this.postings[id].length > len + 2) this.postings[id] = this.postings[id].slice(0, Math.max(2, len));
+      if (this.withPositions) {
+        const plen = this.positionsLength[id];
+        if (this.positions[id].length > plen + 2) this.positions[id] = this.positions[id].slice(0, Math.max(2, plen));
+      }
+    }
   }
 
   // ---- read path ----

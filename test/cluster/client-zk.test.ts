@@ -5,7 +5,7 @@
 //   completes, the killed host was suspended and its batches retried, every document is there;
 // - "what it must show" 4: the query batcher then visits every id exactly once, with a replica
 //   of every shard the killed node held missing.
-// Scaled down from the 100,000 documents to 20,000.
+// The 100,000 documents (short bodies).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShardexClient, type BatchRetryEvent, type HostSuspendedEvent } from '../../src/client/index.js';
 import { generateDocs, type CorpusDoc } from '../../src/corpus.js';
@@ -17,7 +17,7 @@ import { zkConnect } from '../support/zookeeper.js';
 const ZK_TIMEOUT_MS = 2000;
 const NAMES = ['n1', 'n2', 'n3'];
 const C = 'zkclient';
-const DOCS = 20_000;
+const DOCS = 100_000;
 
 function* docsFrom(docs: readonly CorpusDoc[]): Generator<CorpusDoc> {
   yield* docs;
