@@ -452,6 +452,22 @@ export class ShardIndex implements IndexView, ForwardSink {
     return { total: m.size, hits };
   }
 
+  /** Whether each document matches q and the filters: the membership test of an export cursor. */
+  matcher(req: Pick<SearchRequest, 'q' | 'filters' | 'defaultOperator'> = {}): (id: string) => boolean {
+    const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
+    const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
+    const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
+    const executor = new QueryExecutor(this, null, undefined);
+    let m = executor.run(q, false);
+    for (const f of filters) {
+      if (m.size === 0) break;
+      m = restrict(m, executor.run(f, false));
+    }
+    const ids = new Set<string>();
+    for (let i = 0; i < m.size; i++) ids.add(this.ids[m.docs[i]] as string);
+    return (id) => ids.has(id);
+  }
+
   /** The statistics of the query's scoring terms and of its undeclared sort fields, for mergeStats. */
   collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, { defaultOperator: checkOperator(req.defaultOperator) }) : req.q;

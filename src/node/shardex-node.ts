@@ -11,7 +11,7 @@ import { checkId } from '../distrib/documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
-import { parseSchema, type CollectionSchema, type ShardIndex } from '../index/index.js';
+import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ShardIndex, type StoredDoc } from '../index/index.js';
 import { peerSync, syncFrom, syncStart, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
@@ -59,7 +59,15 @@ export interface ExportRequest {
   readonly shard: string;
   readonly after?: string;
   readonly limit: number;
+  /** Only documents matching this query (default: all). */
+  readonly q?: string;
+  readonly filters?: readonly string[];
+  /** Comma list of fields to return (id and _version_ always). */
+  readonly fields?: string;
 }
+
+/** Entries an export page reads at most (see exportLocal). */
+const EXPORT_SCAN_LIMIT = 50_000;
 
 type PeerSearchRequest = ({ kind: 'export' } & ExportRequest) | ShardPhaseRequest;
 
@@ -226,6 +234,7 @@ export class ShardexNode {
       const t0 = performance.now();
       const binding = new SearchIndexBinding(this.schemaOf(collection));
       for await (const e of store.entries()) if (e.doc !== null) binding.index.add(e.id, e.doc as { id: string });
+      binding.index.trim();
       replica.index = binding;
       this.replicas.set(key, replica);
       this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, indexMs: Math.round(performance.now() - t0) }, 'replica opened');
@@ -481,13 +490,20 @@ export class ShardexNode {
 
   private async exportLocal(req: ExportRequest): Promise<ExportPage> {
     const replica = this.localReplica(req.collection, req.shard);
+    const filtered = (req.q !== undefined && req.q !== '*' && req.q !== '*:*') || (req.filters?.length ?? 0) > 0;
+    const matches = filtered
+      ? this.searchIndex(req.collection, req.shard).matcher({ ...(req.q !== undefined && { q: req.q }), ...(req.filters && { filters: req.filters }) })
+      : undefined;
+    const wanted = parseFieldList(req.fields);
     const docs: Doc[] = [];
-    let last: string | null = null;
+    let scanned = 0;
     for await (const e of replica.store.entries(req.after === undefined ? {} : { afterId: req.after })) {
-      if (e.doc === null) continue;
-      docs.push({ ...e.doc, _version_: e.version });
-      last = e.id;
-      if (docs.length >= req.limit) return { docs, next: last };
+      // A selective query may skip most of a shard: a page ends after this many entries even
+      // with fewer documents, and the cursor moves on.
+      if (++scanned > EXPORT_SCAN_LIMIT) return { docs, next: e.id };
+      if (e.doc === null || (matches && !matches(e.id))) continue;
+      docs.push({ ...projectFields(e.id, e.doc as StoredDoc, wanted), _version_: e.version });
+      if (docs.length >= req.limit) return { docs, next: e.id };
     }
     return { docs, next: null };
   }

@@ -78,6 +78,21 @@ describe('smart client on a 3-node cluster (4 shards x 2 replicas)', () => {
     expect(missing).toEqual([]);
   });
 
+  it('queryBatcher visits exactly the ids matching its query, with the fields asked for', async () => {
+    const expected = new Set([...viaClient, ...viaHttp].filter((d) => d.title.split(' ').includes(viaClient[0]!.title.split(' ')[0]!)).map((d) => d.id));
+    const word = viaClient[0]!.title.split(' ')[0]!;
+    const seen: string[] = [];
+    const job = client.queryBatcher('docs', `title:${word}`, { batchSize: 300, fields: ['title'] }).onBatch((b) => {
+      for (const d of b.docs) {
+        expect(Object.keys(d).sort()).toEqual(['_version_', 'id', 'title']);
+        seen.push(String(d.id));
+      }
+    });
+    await job.awaitCompletion();
+    expect(seen.length).toBe(expected.size);
+    expect(new Set(seen)).toEqual(expected);
+  });
+
   it('queryBatcher visits every id exactly once, also when a node is lost mid-walk', async () => {
     const all = new Set([...viaClient, ...viaHttp].map((d) => d.id));
     const seen = new Map<string, number>();

@@ -77,7 +77,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     return { ...got.entry.doc, _version_: got.entry.version, _shard_: got.shard };
   });
 
-  app.get<{ Params: { c: string }; Querystring: { shard?: string; after?: string; limit?: string; distrib?: string } }>(
+  app.get<{ Params: { c: string }; Querystring: { shard?: string; after?: string; limit?: string; distrib?: string; q?: string; filter?: string | string[]; fields?: string } }>(
     '/api/collections/:c/export',
     async (req) => {
       const c = checkCollectionName(req.params.c);
@@ -86,7 +86,12 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
       const limit = req.query.limit === undefined ? 1000 : Number(req.query.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new ShardexError('SHX_BAD_REQUEST', `limit must be an integer from 1 to 10000, got ${JSON.stringify(req.query.limit)}`);
       const distrib = parseBool('distrib', req.query.distrib);
-      return app.shardex.exportShard({ collection: c, shard, limit, ...(after !== undefined && { after }) }, distrib === undefined ? {} : { distrib });
+      const { q, fields } = req.query;
+      const filters = req.query.filter === undefined ? undefined : Array.isArray(req.query.filter) ? req.query.filter : [req.query.filter];
+      return app.shardex.exportShard(
+        { collection: c, shard, limit, ...(after !== undefined && { after }), ...(q !== undefined && { q }), ...(filters && { filters }), ...(fields !== undefined && { fields }) },
+        distrib === undefined ? {} : { distrib },
+      );
     },
   );
 
