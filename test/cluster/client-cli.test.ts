@@ -2,7 +2,7 @@
 // against a 3-node cluster: progress on stderr, bad lines reported with their line numbers
 // while the good ones are written, exit code 1 for a file with bad lines; and the other
 // client subcommands (export, get, cluster) with their exit codes.
-// Scaled down from the 100,000 lines to 5,000.
+// The 100,000 lines (short bodies).
 import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
@@ -15,7 +15,7 @@ import { startCluster, type TestCluster } from '../support/cluster.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CLI = join(ROOT, 'bin/shardex.js');
-const LINES = 5_000;
+const LINES = 100_000;
 const BAD = new Map<number, RegExp>([
   [10, /^line 10: not valid JSON/m],
   [20, /^line 20: the document has no "id"$/m],
@@ -88,7 +88,7 @@ describe('shardex client commands against a 3-node cluster', () => {
     url = tc.urls[1]!;
     const lines: string[] = [];
     let n = 0;
-    for (const doc of generateDocs({ count: LINES, seed: 41, words: 20 })) {
+    for (const doc of generateDocs({ count: LINES, seed: 41, words: 10 })) {
       n++;
       if (n === 10) lines.push('{"id": "broken", ');
       else if (n === 20) lines.push(JSON.stringify({ title: doc.title }));
