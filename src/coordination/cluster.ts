@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { ShardexError } from '../errors.js';
 import { partitionRange, formatRange } from '../hashrange/index.js';
 import { placeReplicas } from './placement.js';
-import { StoreError, type SessionState, type ZNodeStore } from './store.js';
+import { StoreError, type SessionState, type Watcher, type ZNodeStore } from './store.js';
 import type {
   CollectionSpec,
   CollectionState,
@@ -38,6 +38,9 @@ interface Election {
   path?: string;
   leading: boolean;
   closed: boolean;
+  /** A check is running; `recheck` asks it to run once more when done. */
+  checking?: boolean;
+  recheck?: boolean;
   timer?: NodeJS.Timeout;
 }
 
@@ -114,19 +117,30 @@ export class ClusterCoordinator implements Coordinator {
       this.sessionLost = false;
       this.connected = true;
       if (expired) void this.afterReconnect();
+      else void this.rearm().catch((err) => this.log.error({ err }, 'could not re-arm watches after reconnect'));
     }
+  }
+
+  /**
+   * Reads everything again and re-arms every watch (one watcher per znode, so a watch that
+   * survived is not doubled). After a plain reconnect this restores watches whose setting
+   * failed with a connection loss, and re-checks elections whose predecessor watch was lost.
+   */
+  private async rearm(): Promise<void> {
+    await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
+    for (const c of [...this.watchedCollections.keys()]) {
+      await this.watchState(c);
+      for (const s of this.states.get(c)?.shards ?? []) await this.watchLeader(c, s.name);
+    }
+    for (const e of this.elections.values()) if (!e.closed && e.path !== undefined && !e.leading) await this.checkElection(e);
   }
 
   /** After a session expiry: register again, re-read and re-watch everything, rejoin elections. */
   private async afterReconnect(): Promise<void> {
     try {
       if (this.selfInfo && !(await this.store.exists(`/live_nodes/${this.selfInfo.name}`))) await this.registerLive();
-      // A new session has none of the old one's watches: read everything again and re-arm.
-      await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
-      for (const c of [...this.watchedCollections]) {
-        await this.watchState(c);
-        for (const s of this.states.get(c)?.shards ?? []) await this.watchLeader(c, s.name);
-      }
+      // A new session has none of the old one's watches.
+      await this.rearm();
       for (const e of this.elections.values()) if (!e.closed && e.path === undefined) await this.enterQueue(e);
     } catch (err) {
       this.log.error({ err }, 'could not re-register after reconnect');
@@ -183,7 +197,10 @@ export class ClusterCoordinator implements Coordinator {
 
   private async watchLiveNodes(): Promise<void> {
     if (this.closed) return;
-    const names = await this.store.children('/live_nodes', () => void this.watchLiveNodes().catch((err) => this.watchFailed(err)));
+    const names = await this.store.children(
+      '/live_nodes',
+      this.watcher('children:/live_nodes', () => void this.watchLiveNodes().catch((err) => this.watchFailed(err))),
+    );
     // Read every entry again: a node restarted under the same name re-registers with new
     // addresses, possibly before this watch fires, so a cached entry may be stale.
     const next = new Map<string, NodeInfo>();
@@ -197,32 +214,55 @@ export class ClusterCoordinator implements Coordinator {
     this.notify();
   }
 
-  private readonly watchedCollections = new Set<string>();
+  /**
+   * The collections this cache follows, each with a token of the time it was found: a read that is
+   * answered after its collection was forgotten (deleted; or deleted and created again) is stale.
+   */
+  private readonly watchedCollections = new Map<string, object>();
+  /** One watcher per znode, so that the store calls it once however often it was set. */
+  private readonly watchers = new Map<string, Watcher>();
+
+  private watcher(path: string, onEvent: Watcher): Watcher {
+    let w = this.watchers.get(path);
+    if (w === undefined) {
+      w = onEvent;
+      this.watchers.set(path, w);
+    }
+    return w;
+  }
 
   private async watchCollections(): Promise<void> {
     if (this.closed) return;
-    const names = await this.store.children('/collections', () => void this.watchCollections().catch((err) => this.watchFailed(err)));
+    const names = await this.store.children(
+      '/collections',
+      this.watcher('children:/collections', () => void this.watchCollections().catch((err) => this.watchFailed(err))),
+    );
+    // A collection deleted while no watch was set (the session had expired) sends no 'deleted' event.
+    const present = new Set(names);
+    for (const c of [...this.watchedCollections.keys()]) if (!present.has(c)) this.forgetCollection(c);
     for (const c of names) {
       if (this.watchedCollections.has(c)) continue;
-      this.watchedCollections.add(c);
+      this.watchedCollections.set(c, {});
       void this.watchState(c).catch((err) => this.watchFailed(err));
     }
   }
 
   private async watchState(c: string): Promise<void> {
-    if (this.closed) return;
-    const d = await this.store.get(`/collections/${c}/state`, (ev) => {
-      if (ev.type === 'deleted') {
-        this.watchedCollections.delete(c);
-        this.states.delete(c);
-        for (const k of [...this.leaders.keys()]) if (k.startsWith(`${c}/`)) this.leaders.delete(k);
-        this.notify();
-      } else void this.watchState(c).catch((err) => this.watchFailed(err));
-    });
+    const token = this.watchedCollections.get(c);
+    if (this.closed || token === undefined) return;
+    const path = `/collections/${c}/state`;
+    const d = await this.store.get(
+      path,
+      this.watcher(path, (ev) => {
+        if (ev.type === 'deleted') this.forgetCollection(c);
+        else void this.watchState(c).catch((err) => this.watchFailed(err));
+      }),
+    );
+    // The answer may be handled after the 'deleted' event of the same node.
+    if (this.watchedCollections.get(c) !== token) return;
     if (!d) {
-      // Created but state not written yet, or already deleted.
-      if (await this.store.exists(`/collections/${c}`)) setTimeout(() => void this.watchState(c).catch((err) => this.watchFailed(err)), 20);
-      else this.watchedCollections.delete(c);
+      // Created but its state not written yet (the watch fires when it is), or deleted.
+      if (!(await this.store.exists(`/collections/${c}`)) && this.watchedCollections.get(c) === token) this.forgetCollection(c);
       return;
     }
     const state = parse<CollectionState>(d.data);
@@ -232,11 +272,24 @@ export class ClusterCoordinator implements Coordinator {
     this.notify();
   }
 
+  private forgetCollection(c: string): void {
+    this.watchedCollections.delete(c);
+    const had = this.states.delete(c);
+    for (const k of [...this.leaders.keys()]) if (k.startsWith(`${c}/`)) this.leaders.delete(k);
+    if (had) this.notify();
+  }
+
   private async watchLeader(c: string, shard: string): Promise<void> {
-    if (this.closed || !this.watchedCollections.has(c)) return;
-    const d = await this.store.get(`/collections/${c}/leaders/${shard}`, (ev) => {
-      if (ev.type !== 'deleted') void this.watchLeader(c, shard).catch((err) => this.watchFailed(err));
-    });
+    const token = this.watchedCollections.get(c);
+    if (this.closed || token === undefined) return;
+    const path = `/collections/${c}/leaders/${shard}`;
+    const d = await this.store.get(
+      path,
+      this.watcher(path, (ev) => {
+        if (ev.type !== 'deleted') void this.watchLeader(c, shard).catch((err) => this.watchFailed(err));
+      }),
+    );
+    if (this.watchedCollections.get(c) !== token) return;
     const key = `${c}/${shard}`;
     if (d && d.data.length > 0) this.leaders.set(key, parse<LeaderInfo>(d.data));
     else this.leaders.delete(key);
@@ -246,7 +299,7 @@ export class ClusterCoordinator implements Coordinator {
   private watchFailed(err: unknown): void {
     if (this.closed) return;
     if (err instanceof StoreError && (err.code === 'CONNECTION_LOSS' || err.code === 'SESSION_EXPIRED' || err.code === 'CLOSED')) {
-      this.log.warn({ err: err.message }, 'watch not re-armed; will re-arm on reconnect');
+      this.log.warn({ err: err.message }, 'watch not re-armed; it is re-armed on reconnect');
       return;
     }
     this.log.error({ err }, 'cluster watch failed');
@@ -339,7 +392,20 @@ export class ClusterCoordinator implements Coordinator {
     if (this.elections.has(key)) return;
     const e: Election = { collection, shard, candidate, leading: false, closed: false };
     this.elections.set(key, e);
-    await this.enterQueue(e);
+    try {
+      await this.enterQueue(e);
+    } catch (err) {
+      // Not in the election after all: a later joinElection must be able to try again.
+      if (this.elections.get(key) === e) this.elections.delete(key);
+      e.closed = true;
+      if (e.timer) clearTimeout(e.timer);
+      if (e.path) await this.store.delete(e.path).catch(() => undefined);
+      e.path = undefined;
+      if (err instanceof StoreError && err.code === 'NO_NODE') {
+        throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' has no shard '${shard}'`);
+      }
+      throw err;
+    }
   }
 
   private electionDir(e: Election): string {
@@ -360,7 +426,24 @@ export class ClusterCoordinator implements Coordinator {
     await this.checkElection(e);
   }
 
+  /** Runs one election check at a time per candidacy; a check asked for meanwhile runs after it. */
   private async checkElection(e: Election): Promise<void> {
+    if (e.checking) {
+      e.recheck = true;
+      return;
+    }
+    e.checking = true;
+    try {
+      do {
+        e.recheck = false;
+        await this.checkElectionOnce(e);
+      } while (e.recheck);
+    } finally {
+      e.checking = false;
+    }
+  }
+
+  private async checkElectionOnce(e: Election): Promise<void> {
     if (e.closed || this.closed || e.path === undefined || e.leading) return;
     const dir = this.electionDir(e);
     let children: string[];
@@ -378,17 +461,27 @@ export class ClusterCoordinator implements Coordinator {
     if (idx > 0) {
       // Watch only the candidate just ahead (no herd effect).
       const ahead = `${dir}/${children[idx - 1]}`;
-      const exists = await this.store.exists(ahead, () => void this.checkElection(e).catch((err) => this.watchFailed(err)));
-      if (!exists) return this.checkElection(e);
+      // One watcher per (candidacy, predecessor); it forgets itself when it fires.
+      const key = `exists:${e.path}>${ahead}`;
+      const onGone = this.watcher(key, () => {
+        this.watchers.delete(key);
+        void this.checkElection(e).catch((err) => this.watchFailed(err));
+      });
+      const exists = await this.store.exists(ahead, onGone);
+      if (!exists) return this.checkElectionOnce(e);
       return;
     }
+    const candidacy = e.path;
     let may = false;
     try {
       may = await e.candidate.canLead();
     } catch (err) {
       this.log.error({ err, shard: e.shard }, 'leader candidate check failed');
     }
-    if (e.closed || this.closed) return;
+    // The answer counts only for the candidacy it was asked for: while canLead() was pending the
+    // session may have expired (and a new candidacy queued behind the new leader), or the
+    // candidate stepped back or left.
+    if (e.closed || this.closed || e.path !== candidacy) return;
     if (!may) {
       // Not fit to lead (term behind): go to the back of the queue and look again later.
       const old = e.path;
@@ -400,6 +493,7 @@ export class ClusterCoordinator implements Coordinator {
     const lpath = `/collections/${e.collection}/leaders/${e.shard}`;
     for (;;) {
       const cur = await this.store.get(lpath);
+      if (e.closed || this.closed || e.path !== candidacy) return;
       if (!cur) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${e.collection}' was deleted during election`);
       const epoch = cur.version + 1;
       try {
