@@ -7,7 +7,7 @@ import { ShardexError } from '../errors.js';
 import { DevCluster } from './dev-cluster.js';
 import { createLogger } from './logger.js';
 import { registerClientCommands } from './cli-client.js';
-import { runNode, runReader, type RunReaderOptions } from './run-node.js';
+import { runNode, runReader, type RunNodeOptions, type RunReaderOptions } from './run-node.js';
 
 const out = (line: string): void => void process.stdout.write(line + '\n');
 
@@ -110,10 +110,11 @@ program
   .option('--grpc-port <port>', 'gRPC port (default: HTTP port + 1000)', intArg('--grpc-port', 0, 65535))
   .option('--data <dir>', 'data directory', './data')
   .option('--name <name>', 'node name (default: host_port)')
-  .option('--host <host>', 'address to bind and advertise', '127.0.0.1')
+  .option('--host <host>', 'address to bind (0.0.0.0 = every interface)', '127.0.0.1')
+  .option('--advertise-host <host>', 'address other nodes and clients reach this node at (default: --host)')
   .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
   .option('--log-retention <n>', 'update-log entries kept per shard for peer sync', intArg('--log-retention', 100, 100_000_000), 100_000)
-  .action(async (o: { zk: string; port: number; grpcPort?: number; data: string; name?: string; host: string; zkTimeout: number; logRetention: number }) => {
+  .action(async (o: RunNodeOptions) => {
     await runNode(o);
   });
 
@@ -126,7 +127,8 @@ program
   .option('--grpc-port <port>', 'gRPC port (default: HTTP port + 1000)', intArg('--grpc-port', 0, 65535))
   .option('--data <dir>', 'cache directory', './data/reader')
   .option('--name <name>', 'reader name (default: host_port)')
-  .option('--host <host>', 'address to bind and advertise', '127.0.0.1')
+  .option('--host <host>', 'address to bind (0.0.0.0 = every interface)', '127.0.0.1')
+  .option('--advertise-host <host>', 'address nodes and clients reach this reader at (default: --host)')
   .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
   .option('--snapshot-expiry <ms>', 'refresh a cached shard once its snapshot is this old', intArg('--snapshot-expiry', 0, 86_400_000), 60_000)
   .option('--disk-budget <bytes>', 'evict least recently used shards past this size', intArg('--disk-budget', 1, Number.MAX_SAFE_INTEGER))
@@ -146,7 +148,8 @@ async function main(): Promise<void> {
       return;
     }
     process.stderr.write(`shardex: ${err instanceof ShardexError ? err.message : (err as Error).stack ?? String(err)}\n`);
-    process.exitCode = 1;
+    // A bad combination of flags is a usage error, like an unknown flag.
+    process.exitCode = err instanceof ShardexError && err.code === 'SHX_BAD_CONFIG' ? 2 : 1;
   }
 }
 

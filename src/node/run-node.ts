@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import { ZooKeeperStore } from '../coordination/zookeeper-store.js';
+import { ShardexError } from '../errors.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
 import { createLogger } from './logger.js';
 import { ShardexNode } from './shardex-node.js';
@@ -15,6 +16,8 @@ export interface ProcessOptions {
   readonly data: string;
   readonly name?: string;
   readonly host: string;
+  /** Address peers and clients reach this process at (default: host). */
+  readonly advertiseHost?: string;
   readonly zkTimeout: number;
 }
 
@@ -42,6 +45,8 @@ interface ProcessContext {
   readonly coordinator: ClusterCoordinator;
   readonly grpcPort: number;
   readonly dataDir: string;
+  readonly host: string;
+  readonly advertiseHost: string;
 }
 
 /**
@@ -49,13 +54,17 @@ interface ProcessContext {
  * and prints one JSON line `{"ready":true,...}` that scripts and tests wait for.
  */
 async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: ProcessContext) => S, ready: (s: S) => object = () => ({})): Promise<S> {
+  const advertiseHost = o.advertiseHost ?? o.host;
+  if (['0.0.0.0', '::', '[::]'].includes(advertiseHost)) {
+    throw new ShardexError('SHX_BAD_CONFIG', `--host ${o.host} binds every interface, which nobody can connect to: give --advertise-host with the name or address others reach this process at`);
+  }
   const logger = createLogger();
-  const name = o.name ?? `${o.host}_${o.port}`;
+  const name = o.name ?? `${advertiseHost}_${o.port}`;
   const store = await ZooKeeperStore.connect({ connectString: o.zk, sessionTimeoutMs: o.zkTimeout, logger });
   // Stop acting as leader after a third of the session timeout without ZooKeeper: by then
   // the session may have expired and another replica may lead.
   const coordinator = new ClusterCoordinator({ store, logger: logger.child({ node: name }), leaderGraceMs: Math.floor(o.zkTimeout / 3) });
-  const server = build({ logger, name, coordinator, grpcPort: o.grpcPort ?? (o.port === 0 ? 0 : o.port + 1000), dataDir: resolve(o.data) });
+  const server = build({ logger, name, coordinator, grpcPort: o.grpcPort ?? (o.port === 0 ? 0 : o.port + 1000), dataDir: resolve(o.data), host: o.host, advertiseHost });
   const stop = async (signal: string): Promise<void> => {
     logger.info({ signal }, 'stopping');
     await server.stop();
@@ -73,7 +82,6 @@ export function runNode(o: RunNodeOptions): Promise<ShardexNode> {
   return runProcess(o, (ctx) =>
     new ShardexNode({
       ...ctx,
-      host: o.host,
       httpPort: o.port,
       ...(o.logRetention !== undefined && { logRetention: o.logRetention }),
     }),
@@ -87,7 +95,6 @@ export function runReader(o: RunReaderOptions): Promise<SnapshotReader> {
       new SnapshotReader({
         ...ctx,
         group: o.group,
-        host: o.host,
         httpPort: o.port,
         snapshotExpiryMs: o.snapshotExpiry,
         maxScans: o.maxScans,

@@ -25,7 +25,10 @@ import { buildHttp } from './http/app.js';
 
 export interface ShardexNodeOptions {
   readonly name: string;
+  /** Address to bind (0.0.0.0 = every interface). */
   readonly host?: string;
+  /** Address peers and clients reach this node at (default: host). */
+  readonly advertiseHost?: string;
   readonly httpPort: number;
   readonly grpcPort: number;
   readonly dataDir: string;
@@ -176,11 +179,12 @@ export class ShardexNode {
     const host = this.o.host ?? '127.0.0.1';
     await mkdir(this.o.dataDir, { recursive: true });
     const grpcPort = await this.grpcServer.listen(host, this.o.grpcPort);
-    this.grpcAddress = `${host}:${grpcPort}`;
+    const advertised = this.o.advertiseHost ?? host;
+    this.grpcAddress = `${advertised}:${grpcPort}`;
     this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, logger: this.log });
     await this.http.listen({ host, port: this.o.httpPort });
     const addr = this.http.server.address();
-    this.httpUrl = `http://${host}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
+    this.httpUrl = `http://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
     await this.coordinator.start(this.info);
     this.unsubscribe = this.coordinator.onChange(() => this.scheduleSync());
     this.scheduleSync();

@@ -34,7 +34,10 @@ export interface ReaderAnswer<T> {
 export interface SnapshotReaderOptions {
   readonly name: string;
   readonly group?: string;
+  /** Address to bind (0.0.0.0 = every interface). */
   readonly host?: string;
+  /** Address nodes and clients reach this reader at (default: host). */
+  readonly advertiseHost?: string;
   readonly grpcPort: number;
   readonly httpPort: number;
   readonly dataDir: string;
@@ -129,7 +132,8 @@ export class SnapshotReader {
     const host = this.o.host ?? '127.0.0.1';
     await rm(this.o.dataDir, { recursive: true, force: true });
     await mkdir(this.o.dataDir, { recursive: true });
-    this.grpcAddress = `${host}:${await this.server.listen(host, this.o.grpcPort)}`;
+    const advertised = this.o.advertiseHost ?? host;
+    this.grpcAddress = `${advertised}:${await this.server.listen(host, this.o.grpcPort)}`;
     const app = Fastify({ loggerInstance: this.log as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
     app.get('/health', async () => ({ status: 'ok', reader: this.name, group: this.group }));
     app.get('/api/reader', async () => this.status());
@@ -140,7 +144,7 @@ export class SnapshotReader {
     await app.listen({ host, port: this.o.httpPort });
     this.http = app as unknown as FastifyInstance;
     const addr = app.server.address();
-    this.httpUrl = `http://${host}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
+    this.httpUrl = `http://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
     await this.o.coordinator.start(this.info);
     this.log.info({ http: this.httpUrl, grpc: this.grpcAddress }, 'snapshot reader started');
   }
