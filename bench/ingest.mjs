@@ -3,15 +3,19 @@
 // documents with `level` batches in this process (the floor of what a replica must do).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Level } from 'level';
 import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
-import { fmt, log, ratio, startDevCluster } from './lib.mjs';
+import { fmt, log, processCpuMs, ratio, startDevCluster } from './lib.mjs';
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8 };
-  for (let i = 0; i < rest.length; i += 2) a[rest[i].replace(/^--/, '')] = Number(rest[i + 1]);
+  const a = { docs: 100_000, batch: 500, concurrency: 8, profile: undefined };
+  for (let i = 0; i < rest.length; i += 2) {
+    const key = rest[i].replace(/^--/, '');
+    // --profile DIR: the dev cluster runs under `node --cpu-prof`, its profile written to DIR on exit.
+    a[key] = key === 'profile' ? rest[i + 1] : Number(rest[i + 1]);
+  }
   return a;
 }
 
@@ -19,6 +23,7 @@ async function rawLevel(batches) {
   const dir = await mkdtemp(join(tmpdir(), 'shardex-bench-level-'));
   const db = new Level(dir, { valueEncoding: 'utf8' });
   await db.open();
+  const c0 = process.cpuUsage();
   const t0 = performance.now();
   let v = 1;
   for (const batch of batches) {
@@ -30,9 +35,10 @@ async function rawLevel(batches) {
     await db.batch(ops);
   }
   const ms = performance.now() - t0;
+  const cpu = process.cpuUsage(c0);
   await db.close();
   await rm(dir, { recursive: true, force: true });
-  return ms;
+  return { ms, cpuUs: cpu.user + cpu.system };
 }
 
 export async function run(rest) {
@@ -44,15 +50,17 @@ export async function run(rest) {
   const bodies = batches.map((b) => JSON.stringify(b));
 
   log('baseline: raw level batches (one store, log + doc per document) ...');
-  const rawMs = await rawLevel(batches);
-  const rawRate = a.docs / (rawMs / 1000);
+  const raw = await rawLevel(batches);
+  const rawRate = a.docs / (raw.ms / 1000);
 
   log('starting dev cluster (3 nodes, 2 shards x 2 replicas) ...');
-  const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2 });
+  const nodeArgs = a.profile === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', resolve(a.profile)];
+  const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2, nodeArgs });
   try {
     const limit = pLimit(a.concurrency);
     let done = 0;
     let lastReport = performance.now();
+    const cpu0 = processCpuMs(cluster.pid);
     const t0 = performance.now();
     await Promise.all(
       bodies.map((body, i) =>
@@ -73,11 +81,14 @@ export async function run(rest) {
     );
     const ms = performance.now() - t0;
     const rate = a.docs / (ms / 1000);
+    const cpuUsPerDoc = ((processCpuMs(cluster.pid) - cpu0) * 1000) / a.docs;
     log('');
     log(`| figure | shardex (HTTP, 2 shards x 2 replicas) | raw level batches | ratio |`);
     log(`|---|---|---|---|`);
     log(`| ingest docs/s (${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight) | ${fmt(rate)} | ${fmt(rawRate)} | ${ratio(rate, rawRate)} |`);
+    log(`| dev cluster CPU per doc (user + system, all its threads; both replicas' work) | ${fmt(cpuUsPerDoc)} µs | ${fmt(raw.cpuUs / a.docs)} µs (this process, all threads) | ${ratio(cpuUsPerDoc, raw.cpuUs / a.docs)} |`);
   } finally {
     await cluster.stop();
+    if (a.profile !== undefined) log(`CPU profile of the dev cluster written to ${resolve(a.profile)} (see: node bench/cpuprofile-top.mjs FILE)`);
   }
 }

@@ -3,6 +3,7 @@
 // beside a baseline measured in the same run.
 const benches = {
   ingest: () => import('./ingest.mjs'),
+  search: () => import('./search.mjs'),
 };
 const [name = 'all', ...rest] = process.argv.slice(2);
 const names = name === 'all' ? Object.keys(benches) : [name];

@@ -1,0 +1,437 @@
+// Search: N generated docs in a `shardex dev` cluster (3 nodes, a collection `bench` of 2 shards
+// x replication 2 with a field schema), a fixed mix of queries built from the corpus's own
+// vocabulary, timed over HTTP (sequential for latency, concurrent clients for queries/s), each
+// beside the same queries run in this process, on the same documents, against SQLite FTS5
+// (better-sqlite3, ranked with bm25()) and MiniSearch. Also: indexing docs/s (HTTP, replication
+// 2) beside FTS5 inserts and MiniSearch addAll; memory per document (heap delta of one
+// in-process ShardIndex beside MiniSearch's); disk per document (the cluster's data dir).
+//
+// The baselines are synchronous libraries: they run on this process's one thread, one query
+// after another, so their queries/s is the sequential rate. The dev cluster is one process (one
+// event loop for its three nodes); its concurrent rate is measured with --clients HTTP clients.
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import Database from 'better-sqlite3';
+import MiniSearch from 'minisearch';
+import pLimit from 'p-limit';
+import { generateDocs } from '../dist/corpus.js';
+import { parseSchema, ShardIndex } from '../dist/index/index.js';
+import { dirSize, fmt, httpRequest, log, percentile, processCpuMs, ratio, startDevCluster } from './lib.mjs';
+
+const COLLECTION = 'bench';
+const FIELDS = { title: 'text', body: 'text', category: 'keyword', price: 'number', ts: 'date' };
+const RETURNED = ['id', 'title', 'category', 'price'];
+const LIMIT = 10;
+
+function args(rest) {
+  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25 };
+  for (let i = 0; i < rest.length; i += 2) {
+    const key = rest[i].replace(/^--/, '').replace(/-(\w)/g, (_, c) => c.toUpperCase());
+    if (!(key in a)) throw new Error(`unknown flag ${rest[i]} (known: ${Object.keys(a).join(', ')})`);
+    const n = Number(rest[i + 1]);
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`${rest[i]} must be a positive number`);
+    a[key] = n;
+  }
+  return a;
+}
+
+// ---- the query mix ----
+
+/** The corpus's words, most frequent first, as counted in (up to) the first 20,000 docs. */
+function vocabularyByRank(docs) {
+  const counts = new Map();
+  for (const d of docs.slice(0, 20_000)) {
+    for (const text of [d.title, d.body]) for (const w of text.split(' ')) counts.set(w, (counts.get(w) ?? 0) + 1);
+  }
+  return [...counts].sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1)).map(([w]) => w);
+}
+
+/**
+ * The fixed mix: ranks are frequency ranks in the corpus's Zipf vocabulary (1 = most frequent;
+ * a rank-r word is in roughly 1 - exp(-17/r) of the documents' 155 words), so the mix spans
+ * common to rare terms the same way at any --docs.
+ */
+function queryMix(words) {
+  const w = (rank) => words[rank - 1];
+  return [
+    { name: '1-term (rank 40)', kind: 'term', words: [w(40)] },
+    { name: '1-term (rank 800)', kind: 'term', words: [w(800)] },
+    { name: '2-term OR (ranks 20, 300)', kind: 'or', words: [w(20), w(300)] },
+    { name: '2-term OR (ranks 4, 60)', kind: 'or', words: [w(4), w(60)] },
+    { name: '2-term AND (ranks 30, 200)', kind: 'and', words: [w(30), w(200)] },
+    { name: '2-term AND (ranks 5, 50)', kind: 'and', words: [w(5), w(50)] },
+    { name: 'phrase (ranks 3, 8)', kind: 'phrase', words: [w(3), w(8)] },
+    { name: 'phrase (ranks 10, 40)', kind: 'phrase', words: [w(10), w(40)] },
+    { name: '1-term + filter category', kind: 'term', words: [w(40)], category: 'cat-c' },
+    { name: '1-term, sort price desc', kind: 'term', words: [w(40)], sortPrice: true },
+    { name: '2-term OR + filter, sort price desc', kind: 'or', words: [w(20), w(300)], category: 'cat-h', sortPrice: true },
+  ];
+}
+
+/** The same text query in Shardex's and FTS5's syntax (they agree for these words). */
+function queryText(q) {
+  if (q.kind === 'phrase') return `"${q.words.join(' ')}"`;
+  if (q.kind === 'term') return q.words[0];
+  return q.words.join(q.kind === 'and' ? ' AND ' : ' OR ');
+}
+
+function shardexParams(q) {
+  const p = new URLSearchParams({ q: queryText(q), limit: String(LIMIT), fields: RETURNED.join(',') });
+  if (q.category) p.append('filter', `category:${q.category}`);
+  if (q.sortPrice) p.append('sort', 'price desc');
+  return p.toString();
+}
+
+// ---- timing ----
+
+let deadline = Infinity;
+function checkTime(phase) {
+  if (performance.now() > deadline) throw new Error(`time limit reached during ${phase}: stop (raise --max-minutes to allow more)`);
+}
+
+/**
+ * Runs the mix `warmup` times untimed, then `rounds` times timed, one query after another;
+ * returns every latency (ms) by query, and the wall time of the timed rounds.
+ */
+async function sequentialRun(label, mix, runOne, { rounds, warmup }) {
+  for (let r = 0; r < warmup; r++) for (const q of mix) await runOne(q);
+  const byQuery = mix.map(() => []);
+  const t0 = performance.now();
+  let last = t0;
+  for (let r = 0; r < rounds; r++) {
+    checkTime(`${label} latency`);
+    for (let i = 0; i < mix.length; i++) {
+      const s = performance.now();
+      await runOne(mix[i]);
+      byQuery[i].push(performance.now() - s);
+    }
+    if (performance.now() - last > 5000) {
+      last = performance.now();
+      log(`  ${label}: round ${r + 1} / ${rounds}`);
+    }
+  }
+  const wallMs = performance.now() - t0;
+  return { byQuery, all: byQuery.flat(), wallMs, qps: (rounds * mix.length) / (wallMs / 1000) };
+}
+
+function memoryNow(gc) {
+  gc();
+  gc();
+  const m = process.memoryUsage();
+  // Typed arrays live outside the V8 heap: count them too.
+  return m.heapUsed + m.external;
+}
+
+function exposeGc() {
+  setFlagsFromString('--expose-gc');
+  return runInNewContext('gc');
+}
+
+// ---- Shardex over HTTP ----
+
+async function post(url, body) {
+  for (let attempt = 1; ; attempt++) {
+    const res = await httpRequest(url, { method: 'POST', body, headers: { 'content-type': 'application/json' }, timeoutMs: 120_000 });
+    if (res.status === 200 || res.status === 201) return JSON.parse(res.body);
+    // 503 = a condition that passes (no leader yet): wait a little, a bounded number of times.
+    if (res.status !== 503 || attempt >= 20) throw new Error(`POST ${new URL(url).pathname}: HTTP ${res.status} ${res.body.slice(0, 500)}`);
+    await new Promise((r) => setTimeout(r, 250 * attempt));
+  }
+}
+
+async function ingestHttp(cluster, bodies, batchSizes, total, concurrency) {
+  const limit = pLimit(concurrency);
+  let done = 0;
+  let lastReport = performance.now();
+  const t0 = performance.now();
+  await Promise.all(
+    bodies.map((body, i) =>
+      limit(async () => {
+        checkTime('HTTP indexing');
+        await post(`${cluster.urls[i % cluster.urls.length]}/api/collections/${COLLECTION}/docs`, body);
+        done += batchSizes[i];
+        const now = performance.now();
+        if (now - lastReport > 5000) {
+          lastReport = now;
+          log(`  ${fmt(done)} / ${fmt(total)} docs, ${fmt(done / ((now - t0) / 1000))} docs/s`);
+        }
+      }),
+    ),
+  );
+  return total / ((performance.now() - t0) / 1000);
+}
+
+async function rssOf(pid) {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  const m = /VmRSS:\s+(\d+) kB/.exec(status);
+  return m ? Number(m[1]) * 1024 : NaN;
+}
+
+async function shardexSearch(cluster, mix, a) {
+  let next = 0;
+  const runOne = async (q) => {
+    const url = `${cluster.urls[next++ % cluster.urls.length]}/api/collections/${COLLECTION}/search?${shardexParams(q)}`;
+    const res = await httpRequest(url, { timeoutMs: 30_000 });
+    if (res.status !== 200) throw new Error(`search ${q.name}: HTTP ${res.status} ${res.body.slice(0, 300)}`);
+    return JSON.parse(res.body);
+  };
+  const totals = [];
+  for (const q of mix) totals.push((await runOne(q)).total);
+
+  log(`shardex: sequential latency, ${a.rounds} rounds of ${mix.length} queries over HTTP ...`);
+  const seq = await sequentialRun('shardex HTTP', mix, runOne, a);
+
+  log(`shardex: queries/s with ${a.clients} concurrent HTTP clients for ${a.qpsSeconds} s ...`);
+  const stopAt = performance.now() + a.qpsSeconds * 1000;
+  let count = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: a.clients }, async (_, c) => {
+      for (let i = c; performance.now() < stopAt; i++) {
+        checkTime('shardex queries/s');
+        await runOne(mix[i % mix.length]);
+        count++;
+      }
+    }),
+  );
+  const concurrentQps = count / ((performance.now() - t0) / 1000);
+  return { totals, seq, concurrentQps };
+}
+
+// ---- in-process engines ----
+
+function shardIndexEngine(docs, byId, gc) {
+  const schema = parseSchema(FIELDS);
+  const before = memoryNow(gc);
+  const t0 = performance.now();
+  const index = new ShardIndex(schema, { lookup: (id) => byId.get(id) });
+  for (const d of docs) index.add(d.id, d);
+  const rate = docs.length / ((performance.now() - t0) / 1000);
+  const bytes = memoryNow(gc) - before;
+  const runOne = async (q) => {
+    const r = index.search({
+      q: queryText(q),
+      limit: LIMIT,
+      ...(q.category && { filters: [`category:${q.category}`] }),
+      ...(q.sortPrice && { sort: 'price desc' }),
+    });
+    const stored = await index.fetch(r.hits.map((h) => h.id), RETURNED);
+    return { total: r.total, stored };
+  };
+  return { rate, bytes, runOne };
+}
+
+function miniSearchEngine(docs, byId, gc) {
+  const before = memoryNow(gc);
+  const t0 = performance.now();
+  const ms = new MiniSearch({ fields: ['title', 'body'], storeFields: ['title', 'category', 'price'] });
+  ms.addAll(docs);
+  const rate = docs.length / ((performance.now() - t0) / 1000);
+  const bytes = memoryNow(gc) - before;
+  const byPriceDesc = (x, y) => y.price - x.price || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0);
+  const runOne = async (q) => {
+    const opts = { combineWith: q.kind === 'or' ? 'OR' : 'AND', prefix: false, fuzzy: false };
+    if (q.category) opts.filter = (r) => r.category === q.category;
+    let results = ms.search(q.words.join(' '), opts);
+    // MiniSearch has no phrase query: AND the words, then keep documents holding the phrase.
+    if (q.kind === 'phrase') {
+      const phrase = ' ' + q.words.join(' ') + ' ';
+      results = results.filter((r) => {
+        const d = byId.get(r.id);
+        return (' ' + d.title + ' ').includes(phrase) || (' ' + d.body + ' ').includes(phrase);
+      });
+    }
+    if (q.sortPrice) results.sort(byPriceDesc);
+    return { total: results.length, hits: results.slice(0, LIMIT).map((r) => ({ id: r.id, title: r.title, category: r.category, price: r.price })) };
+  };
+  return { rate, bytes, runOne };
+}
+
+/**
+ * SQLite FTS5 as a Node user would set it up for these queries: the documents in a plain table
+ * (indexed on category), an external-content FTS5 index over title and body, bm25() ranking.
+ * Ranked queries take the top ids in a subquery and join the stored fields for those only
+ * (measured faster than selecting the columns of every match); a filter or a sort joins first.
+ * The page cache is sized to hold the whole index: Shardex serves from memory too.
+ */
+async function fts5Engine(docs, batch) {
+  const dir = await mkdtemp(join(tmpdir(), 'shardex-bench-fts5-'));
+  const file = join(dir, 'fts.db');
+  const db = new Database(file);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  db.pragma('cache_size = -1048576');
+  db.pragma('mmap_size = 2147483648');
+  db.exec(`CREATE TABLE docs (rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT, body TEXT, category TEXT, price REAL, ts TEXT);
+    CREATE INDEX docs_category ON docs (category);
+    CREATE VIRTUAL TABLE fts USING fts5(title, body, content='docs', content_rowid='rowid');`);
+  const insertDoc = db.prepare('INSERT INTO docs (rowid, id, title, body, category, price, ts) VALUES (?, ?, ?, ?, ?, ?, ?)');
+  const insertFts = db.prepare('INSERT INTO fts (rowid, title, body) VALUES (?, ?, ?)');
+  let rowid = 0;
+  const insertBatch = db.transaction((rows) => {
+    for (const d of rows) {
+      rowid++;
+      insertDoc.run(rowid, d.id, d.title, d.body, d.category, d.price, d.ts);
+      insertFts.run(rowid, d.title, d.body);
+    }
+  });
+  const t0 = performance.now();
+  let last = t0;
+  for (let i = 0; i < docs.length; i += batch) {
+    insertBatch(docs.slice(i, i + batch));
+    if (performance.now() - last > 5000) {
+      last = performance.now();
+      checkTime('FTS5 inserts');
+      log(`  FTS5: ${fmt(i + batch)} / ${fmt(docs.length)} docs`);
+    }
+  }
+  const rate = docs.length / ((performance.now() - t0) / 1000);
+  db.pragma('wal_checkpoint(TRUNCATE)');
+  const bytes = (await stat(file)).size;
+
+  const stmts = new Map();
+  const stmt = (q) => {
+    const key = `${q.category ? 'f' : ''}${q.sortPrice ? 's' : ''}`;
+    if (!stmts.has(key)) {
+      const sql = !q.category && !q.sortPrice
+        ? `SELECT d.id, d.title, d.category, d.price, t.score FROM
+             (SELECT rowid, bm25(fts) AS score FROM fts WHERE fts MATCH ? ORDER BY score LIMIT ${LIMIT}) t
+             JOIN docs d ON d.rowid = t.rowid ORDER BY t.score`
+        : q.sortPrice
+          ? `SELECT d.id, d.title, d.category, d.price FROM fts JOIN docs d ON d.rowid = fts.rowid
+               WHERE fts MATCH ?${q.category ? ' AND d.category = ?' : ''} ORDER BY d.price DESC, d.id LIMIT ${LIMIT}`
+          : `SELECT d.id, d.title, d.category, d.price, bm25(fts) AS score FROM fts JOIN docs d ON d.rowid = fts.rowid
+               WHERE fts MATCH ? AND d.category = ? ORDER BY score LIMIT ${LIMIT}`;
+      stmts.set(key, db.prepare(sql));
+    }
+    return stmts.get(key);
+  };
+  const params = (q) => (q.category ? [queryText(q), q.category] : [queryText(q)]);
+  const runOne = async (q) => stmt(q).all(...params(q));
+  const count = (q) =>
+    db.prepare(`SELECT count(*) AS n FROM fts JOIN docs d ON d.rowid = fts.rowid WHERE fts MATCH ?${q.category ? ' AND d.category = ?' : ''}`).get(...params(q)).n;
+  return {
+    rate,
+    bytes,
+    runOne,
+    count,
+    async close() {
+      db.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+// ---- report ----
+
+const ms = (x) => (Number.isFinite(x) ? x.toFixed(2) + ' ms' : 'n/a');
+const perDoc = (bytes, n) => (Number.isFinite(bytes) ? `${fmt(bytes / n)} B` : 'n/a');
+
+export async function run(rest) {
+  const a = args(rest);
+  deadline = performance.now() + a.maxMinutes * 60_000;
+  const gc = exposeGc();
+
+  log(`generating ${fmt(a.docs)} docs ...`);
+  const docs = [...generateDocs({ count: a.docs, seed: 1 })];
+  const byId = new Map(docs.map((d) => [d.id, d]));
+  const mix = queryMix(vocabularyByRank(docs));
+  const batchSizes = [];
+  const bodies = [];
+  for (let i = 0; i < docs.length; i += a.batch) {
+    const b = docs.slice(i, i + a.batch);
+    batchSizes.push(b.length);
+    bodies.push(JSON.stringify(b));
+  }
+
+  // ---- Shardex over HTTP: its own process, nothing else running while it is measured ----
+  const replicas = 2;
+  log(`starting dev cluster (3 nodes); collection '${COLLECTION}': 2 shards x ${replicas} replicas, fields ${JSON.stringify(FIELDS)} ...`);
+  const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2 });
+  let http;
+  let indexRate;
+  let diskBytes;
+  let rssGrowth;
+  let indexCpuUs;
+  try {
+    await post(`${cluster.urls[0]}/api/collections`, JSON.stringify({ name: COLLECTION, numShards: 2, replicationFactor: replicas, fields: FIELDS }));
+    const rss0 = await rssOf(cluster.pid);
+    log(`shardex: indexing ${fmt(a.docs)} docs over HTTP (batches of ${a.batch}, ${a.concurrency} in flight, round-robin over 3 nodes) ...`);
+    const cpu0 = processCpuMs(cluster.pid);
+    indexRate = await ingestHttp(cluster, bodies, batchSizes, a.docs, a.concurrency);
+    indexCpuUs = ((processCpuMs(cluster.pid) - cpu0) * 1000) / a.docs;
+    await post(`${cluster.urls[0]}/api/collections/${COLLECTION}/commit`, '{}');
+    rssGrowth = (await rssOf(cluster.pid)) - rss0;
+    diskBytes = await dirSize(cluster.dataDir, (name) => name.endsWith('.log') && name.startsWith('shardex'));
+    http = await shardexSearch(cluster, mix, a);
+  } finally {
+    log(`stopping dev cluster (pid ${cluster.pid}) ...`);
+    await cluster.stop();
+  }
+
+  // ---- in-process: one engine at a time, so that heap deltas are each engine's own ----
+  log('in-process ShardIndex (1 index, all docs): indexing ...');
+  const local = shardIndexEngine(docs, byId, gc);
+  checkTime('ShardIndex');
+  const localTotals = [];
+  for (const q of mix) localTotals.push((await local.runOne(q)).total);
+  log('in-process ShardIndex: sequential latency ...');
+  const localSeq = await sequentialRun('ShardIndex', mix, local.runOne, a);
+  local.runOne = null;
+
+  log('MiniSearch: addAll ...');
+  const mini = miniSearchEngine(docs, byId, gc);
+  checkTime('MiniSearch');
+  const miniTotals = [];
+  for (const q of mix) miniTotals.push((await mini.runOne(q)).total);
+  log('MiniSearch: sequential latency ...');
+  const miniSeq = await sequentialRun('MiniSearch', mix, mini.runOne, a);
+  mini.runOne = null;
+  gc();
+
+  log('SQLite FTS5: inserting ...');
+  const fts = await fts5Engine(docs, a.batch);
+  let ftsSeq;
+  const ftsTotals = [];
+  try {
+    for (const q of mix) ftsTotals.push(fts.count(q));
+    log('SQLite FTS5: sequential latency ...');
+    ftsSeq = await sequentialRun('FTS5', mix, fts.runOne, a);
+  } finally {
+    await fts.close();
+  }
+
+  log('');
+  log(`Query mix (words by frequency rank in the corpus vocabulary) and matches per engine:`);
+  log('');
+  log('| query | shardex q | filter / sort | matches: shardex | FTS5 | MiniSearch | ShardIndex in-process |');
+  log('|---|---|---|---|---|---|---|');
+  mix.forEach((q, i) => {
+    const extra = [q.category && `category:${q.category}`, q.sortPrice && 'price desc'].filter(Boolean).join(', ') || '-';
+    log(`| ${q.name} | \`${queryText(q)}\` | ${extra} | ${fmt(http.totals[i])} | ${fmt(ftsTotals[i])} | ${fmt(miniTotals[i])} | ${fmt(localTotals[i])} |`);
+  });
+
+  log('');
+  log(`| figure | shardex (HTTP, 3 nodes, 2 shards x 2 replicas) | SQLite FTS5 (in-process) | MiniSearch (in-process) | shardex / FTS5 | shardex / MiniSearch | ShardIndex in-process (1 index, no HTTP; for reference) |`);
+  log('|---|---|---|---|---|---|---|');
+  const row = (figure, s, f, m, l, show) => log(`| ${figure} | ${show(s)} | ${show(f)} | ${show(m)} | ${ratio(s, f)} | ${ratio(s, m)} | ${show(l)} |`);
+  mix.forEach((q, i) => {
+    const p = (run) => percentile(run.byQuery[i], 50);
+    row(`p50 ${q.name}`, p(http.seq), p(ftsSeq), p(miniSeq), p(localSeq), ms);
+  });
+  row(`p50, whole mix (${fmt(http.seq.all.length)} queries, sequential)`, percentile(http.seq.all, 50), percentile(ftsSeq.all, 50), percentile(miniSeq.all, 50), percentile(localSeq.all, 50), ms);
+  row('p99, whole mix (sequential)', percentile(http.seq.all, 99), percentile(ftsSeq.all, 99), percentile(miniSeq.all, 99), percentile(localSeq.all, 99), ms);
+  row('queries/s, 1 client, sequential', http.seq.qps, ftsSeq.qps, miniSeq.qps, localSeq.qps, fmt);
+  log(`| queries/s, shardex with ${a.clients} concurrent HTTP clients; baselines single-threaded sequential | ${fmt(http.concurrentQps)} | ${fmt(ftsSeq.qps)} | ${fmt(miniSeq.qps)} | ${ratio(http.concurrentQps, ftsSeq.qps)} | ${ratio(http.concurrentQps, miniSeq.qps)} | - |`);
+  log(`| indexing docs/s (shardex: HTTP, replication ${replicas}, batches of ${a.batch}; FTS5: transactions of ${a.batch}; MiniSearch: addAll) | ${fmt(indexRate)} | ${fmt(fts.rate)} | ${fmt(mini.rate)} | ${ratio(indexRate, fts.rate)} | ${ratio(indexRate, mini.rate)} | ${fmt(local.rate)} |`);
+  log(`| indexing: dev cluster CPU per doc (user + system, both replicas' work) | ${fmt(indexCpuUs)} µs | - | - | - | - | - |`);
+  log(`| indexing docs/s, PostgreSQL COPY into a GIN-indexed table | not measured (no PostgreSQL server running) | | | | | |`);
+  log(`| index memory per doc (heap + external delta; shardex: in-process ShardIndex) | ${perDoc(local.bytes, a.docs)} | - | ${perDoc(mini.bytes, a.docs)} | - | ${ratio(local.bytes, mini.bytes)} | ${perDoc(local.bytes, a.docs)} |`);
+  log(`| dev cluster RSS growth per doc per replica (whole process, informational) | ${perDoc(rssGrowth, a.docs * replicas)} | - | - | - | - | - |`);
+  log(`| disk per doc (shardex: data dir / docs / ${replicas} replicas, update log + docs; FTS5: db file with the documents table) | ${perDoc(diskBytes / replicas, a.docs)} | ${perDoc(fts.bytes, a.docs)} | - | ${ratio(diskBytes / replicas, fts.bytes)} | - | - |`);
+  log('');
+  log('Ratios are shardex / baseline: above 1 means shardex is slower for latencies, faster for rates, larger for bytes.');
+}
