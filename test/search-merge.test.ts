@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { generateDocs } from '../src/corpus.js';
+import { generateDocs, mulberry32 } from '../src/corpus.js';
 import { mergeSearchResults, type MergedPage, type ShardResponse } from '../src/distrib/search-merge.js';
 import { mergeStats, parseSchema, parseSort, ShardIndex, type IndexStats, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 
@@ -38,16 +38,6 @@ function fnv1a(s: string): number {
 }
 const shardOf = (id: string): number => fnv1a(id) % SHARDS;
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Collection {
   one: ShardIndex;
@@ -72,7 +62,7 @@ function buildCollection(count: number): Collection {
     shards[shardOf(id)].add(id, doc);
   }
   // Overwrites and deletes, applied to both: statistics must follow them everywhere.
-  const r = rng(7);
+  const r = mulberry32(7);
   for (let i = 0; i < count / 10; i++) {
     const id = `doc-${Math.floor(r() * count)}`;
     if (r() < 0.5) {
@@ -92,7 +82,7 @@ function buildCollection(count: number): Collection {
 // ---- generated queries ----
 
 function generateQueries(docs: Map<string, StoredDoc>, count: number): SearchRequest[] {
-  const r = rng(2024);
+  const r = mulberry32(2024);
   const list = [...docs.values()];
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)];
   const bodyWords = (): string[] => String(pick(list).body).split(' ');

@@ -16,7 +16,7 @@
 // Operations fail with CONNECTION_LOSS while disconnected, SESSION_EXPIRED while the session is
 // expired and not yet replaced, and CLOSED after close(), as in ZooKeeperStore.
 
-import { assertValidData, assertValidPath, StoreError } from './store.js';
+import { assertValidData, assertValidPath, StoreError, fromChroot, underChroot } from './store.js';
 import type { CreateMode, NodeData, SessionState, StoreLogger, WatchEvent, WatchEventType, Watcher, ZNodeStore } from './store.js';
 
 // Kept only for test/coordination-store.test.ts, which still imports it from here; its home is store.ts.
@@ -352,13 +352,11 @@ class MemoryZNodeStore implements ZNodeStore {
   }
 
   private absolute(path: string): string {
-    if (this.chroot === '/') return path;
-    return path === '/' ? this.chroot : this.chroot + path;
+    return underChroot(this.chroot, path);
   }
 
   private relative(path: string): string {
-    if (this.chroot === '/') return path;
-    return path === this.chroot ? '/' : path.slice(this.chroot.length);
+    return fromChroot(this.chroot, path);
   }
 
   private report(state: SessionState): void {

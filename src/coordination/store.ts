@@ -99,3 +99,15 @@ export function assertValidData(data: Buffer, path: string): void {
     throw new RangeError(`znode data for ${path} is ${data.length} bytes; ZooKeeper takes at most ${MAX_DATA_BYTES}`);
   }
 }
+
+/** The server path of `path` under `chroot` ('/' = no chroot). */
+export function underChroot(chroot: string, path: string): string {
+  if (chroot === '/') return path;
+  return path === '/' ? chroot : chroot + path;
+}
+
+/** The path, relative to `chroot`, of a server path under it. */
+export function fromChroot(chroot: string, path: string): string {
+  if (chroot === '/') return path;
+  return path === chroot ? '/' : path.slice(chroot.length);
+}

@@ -22,7 +22,7 @@ import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import zookeeper from 'node-zookeeper-client';
 import type { Client, Event as ZooKeeperEvent, Stat } from 'node-zookeeper-client';
-import { assertValidData, assertValidPath, StoreError } from './store.js';
+import { assertValidData, assertValidPath, StoreError, fromChroot, underChroot } from './store.js';
 import type { CreateMode, NodeData, SessionState, StoreErrorCode, StoreLogger, WatchEvent, WatchEventType, Watcher, ZNodeStore } from './store.js';
 
 export interface ZooKeeperStoreOptions {
@@ -419,13 +419,11 @@ export class ZooKeeperStore implements ZNodeStore {
   }
 
   private absolute(path: string): string {
-    if (this.chroot === '/') return path;
-    return path === '/' ? this.chroot : this.chroot + path;
+    return underChroot(this.chroot, path);
   }
 
   private relative(path: string): string {
-    if (this.chroot === '/') return path;
-    return path === this.chroot ? '/' : path.slice(this.chroot.length);
+    return fromChroot(this.chroot, path);
   }
 
   /** Wires a library client's events to this store; events of a client that is no longer current are ignored. */
