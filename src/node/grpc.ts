@@ -91,6 +91,17 @@ export function fromServiceError(err: grpc.ServiceError, dest: string): ShardexE
   return new ShardexError('SHX_INTERNAL', `call to ${dest} failed: ${err.details || err.message}`, { cause: err });
 }
 
+/** A listen failure, said so that a user knows what to change. */
+export function portError(what: string, host: string, port: number, err: Error): Error {
+  if (/EADDRINUSE/.test(err.message) || (err as { code?: string }).code === 'EADDRINUSE') {
+    return new ShardexError('SHX_BAD_CONFIG', `the ${what} port ${port} on ${host} is already in use: stop what listens there, or choose other ports (--port / --grpc-port)`, { cause: err });
+  }
+  if (/EADDRNOTAVAIL/.test(err.message) || (err as { code?: string }).code === 'EADDRNOTAVAIL') {
+    return new ShardexError('SHX_BAD_CONFIG', `cannot listen on ${host}: it is not an address of this machine (--host)`, { cause: err });
+  }
+  return err;
+}
+
 // ---- server ---------------------------------------------------------------------------
 
 export interface PeerHandlers {
@@ -180,7 +191,7 @@ export class PeerServer {
   /** Binds host:port (port 0 = any free port) and returns the bound port. */
   async listen(host: string, port: number): Promise<number> {
     this.port = await new Promise<number>((resolve, reject) =>
-      this.server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+      this.server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(portError('gRPC', host, port, err)) : resolve(p))),
     );
     return this.port;
   }

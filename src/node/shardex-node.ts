@@ -20,7 +20,7 @@ import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { ReadPath, type ReadOptions, type ReadTransport } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';
 import { ReplicaStore, type CommitPoint, type Doc, type StoredEntry } from '../ulog/index.js';
-import { PeerClients, PeerServer } from './grpc.js';
+import { PeerClients, PeerServer, portError } from './grpc.js';
 import { buildHttp } from './http/app.js';
 
 export interface ShardexNodeOptions {
@@ -182,7 +182,9 @@ export class ShardexNode {
     const advertised = this.o.advertiseHost ?? host;
     this.grpcAddress = `${advertised}:${grpcPort}`;
     this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, logger: this.log });
-    await this.http.listen({ host, port: this.o.httpPort });
+    await this.http.listen({ host, port: this.o.httpPort }).catch((err: Error) => {
+      throw portError('HTTP', host, this.o.httpPort, err);
+    });
     const addr = this.http.server.address();
     this.httpUrl = `http://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
     await this.coordinator.start(this.info);

@@ -14,7 +14,7 @@ import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { servePhase, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
 import { ShardexError } from '../errors.js';
-import { PeerClients, PeerServer } from '../node/grpc.js';
+import { PeerClients, PeerServer, portError } from '../node/grpc.js';
 import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 import { ReplicaStore } from '../ulog/index.js';
 import { ScanPool } from './scan-pool.js';
@@ -141,7 +141,9 @@ export class SnapshotReader {
       void reply.header('content-type', this.metrics.contentType);
       return this.metrics.metrics();
     });
-    await app.listen({ host, port: this.o.httpPort });
+    await app.listen({ host, port: this.o.httpPort }).catch((err: Error) => {
+      throw portError('HTTP', host, this.o.httpPort, err);
+    });
     this.http = app as unknown as FastifyInstance;
     const addr = app.server.address();
     this.httpUrl = `http://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
