@@ -4,7 +4,7 @@ import { resolve } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { formatRange, parseRouterName, partitionRange, routeId } from '../hashrange/index.js';
 import { ShardexError } from '../errors.js';
-import { DevCluster } from './dev-cluster.js';
+import { ThreadedDevCluster } from './dev-threads.js';
 import { createLogger } from './logger.js';
 import { registerClientCommands } from './cli-client.js';
 import { runNode, runReader, type RunNodeOptions, type RunReaderOptions } from './run-node.js';
@@ -67,13 +67,15 @@ program
     const dataDir = resolve(o.data);
     const logFile = resolve(dataDir, 'shardex.log');
     const logger = createLogger({ file: logFile });
-    out(`starting ${o.nodes} nodes (data in ${dataDir}, logs in ${logFile}) ...`);
-    const cluster = new DevCluster({
+    out(`starting ${o.nodes} nodes, each in its own thread (data in ${dataDir}, logs in ${logFile}) ...`);
+    const cluster = new ThreadedDevCluster({
       nodes: o.nodes,
+      readers: o.readers,
       port: o.port,
       dataDir,
+      logFile,
       logger,
-      readers: o.readers,
+      snapshotExpiryMs: 5000,
       collection: { name: 'docs', numShards: o.shards, replicationFactor: Math.min(o.replicas, o.nodes), router: 'compositeId', autoCommitMs: 15_000 },
     });
     const shutdown = async (): Promise<void> => {
@@ -90,10 +92,10 @@ program
       await cluster.stop();
       throw err;
     }
-    const first = cluster.urls[0];
+    const first = cluster.nodes[0]!.http;
     out('Shardex local cluster is up:');
-    for (const n of cluster.nodes) out(`  ${n.name}  ${n.httpUrl}  (gRPC ${n.grpcAddress})`);
-    for (const r of cluster.readers) out(`  ${r.name}  ${r.httpUrl}  snapshot reader, group ${r.group}`);
+    for (const n of cluster.nodes) out(`  ${n.name}  ${n.http}  (gRPC ${n.grpc})`);
+    for (const r of cluster.readers) out(`  ${r.name}  ${r.http}  snapshot reader, group default`);
     out(`collection "docs": ${o.shards} shards x ${Math.min(o.replicas, o.nodes)} replicas`);
     out('try:');
     out(`  curl -s -XPOST '${first}/api/collections/docs/docs' -H 'content-type: application/json' -d '[{"id":"1","title":"hello shardex"}]'`);

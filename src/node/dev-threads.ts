@@ -1,0 +1,151 @@
+// The one-command local cluster on every core: each node (and snapshot reader) runs in its own
+// worker thread, all around one embedded coordinator in the main thread. Nodes talk real HTTP
+// and gRPC on loopback, exactly as separate processes would.
+import { join } from 'node:path';
+import { MessageChannel, Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import { MemoryZNodeServer } from '../coordination/memory-store.js';
+import { servePort } from '../coordination/port-store.js';
+import type { CollectionSpec } from '../coordination/index.js';
+import { ShardexError } from '../errors.js';
+import type { DevWorkerData, DevWorkerMessage } from './dev-worker.js';
+
+export interface ThreadedDevClusterOptions {
+  readonly nodes: number;
+  readonly readers: number;
+  /** HTTP port of the first node; the others follow, gRPC at +1000, readers at +100. */
+  readonly port: number;
+  readonly dataDir: string;
+  readonly logFile: string;
+  readonly logger: Logger;
+  readonly host?: string;
+  readonly collection?: CollectionSpec;
+  readonly snapshotExpiryMs?: number;
+}
+
+interface Member {
+  readonly name: string;
+  readonly kind: 'node' | 'reader';
+  readonly worker: Worker;
+  http: string;
+  grpc: string;
+}
+
+const START_TIMEOUT_MS = 60_000;
+const STOP_TIMEOUT_MS = 15_000;
+
+export class ThreadedDevCluster {
+  readonly server: MemoryZNodeServer;
+  readonly members: Member[] = [];
+  private readonly o: ThreadedDevClusterOptions;
+
+  constructor(opts: ThreadedDevClusterOptions) {
+    this.o = opts;
+    this.server = new MemoryZNodeServer({ logger: opts.logger });
+  }
+
+  get nodes(): Member[] {
+    return this.members.filter((m) => m.kind === 'node');
+  }
+
+  get readers(): Member[] {
+    return this.members.filter((m) => m.kind === 'reader');
+  }
+
+  private async startMember(kind: 'node' | 'reader', i: number): Promise<Member> {
+    const name = kind === 'node' ? `node${i + 1}` : `reader${i + 1}`;
+    const base = this.o.port + (kind === 'reader' ? 100 : 0) + i;
+    const { port1, port2 } = new MessageChannel();
+    servePort(port1, this.server, { chroot: '/shardex' });
+    const data: DevWorkerData = {
+      kind,
+      name,
+      host: this.o.host ?? '127.0.0.1',
+      httpPort: this.o.port === 0 ? 0 : base,
+      grpcPort: this.o.port === 0 ? 0 : base + 1000,
+      dataDir: join(this.o.dataDir, name),
+      logFile: this.o.logFile,
+      ...(this.o.snapshotExpiryMs !== undefined && { snapshotExpiryMs: this.o.snapshotExpiryMs }),
+      port: port2,
+    };
+    const worker = new Worker(new URL('./dev-worker.js', import.meta.url), { workerData: data, transferList: [port2] });
+    const member: Member = { name, kind, worker, http: '', grpc: '' };
+    this.members.push(member);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new ShardexError('SHX_TIMEOUT', `${name} did not start within ${START_TIMEOUT_MS / 1000} s; see ${this.o.logFile}`)), START_TIMEOUT_MS);
+      const done = (err?: Error): void => {
+        clearTimeout(timer);
+        worker.off('message', onMessage);
+        if (err) reject(err);
+        else resolve();
+      };
+      const onMessage = (m: DevWorkerMessage): void => {
+        if (m.type === 'ready') {
+          member.http = m.http;
+          member.grpc = m.grpc;
+          done();
+        } else if (m.type === 'error') done(new ShardexError('SHX_BAD_CONFIG', `${name} could not start: ${m.message}`));
+      };
+      worker.on('message', onMessage);
+      worker.once('error', (err) => done(err));
+      worker.once('exit', (code) => done(new ShardexError('SHX_INTERNAL', `${name} exited (code ${code}) while starting; see ${this.o.logFile}`)));
+    });
+    return member;
+  }
+
+  async start(): Promise<void> {
+    for (let i = 0; i < this.o.nodes; i++) await this.startMember('node', i);
+    for (let i = 0; i < this.o.readers; i++) await this.startMember('reader', i);
+    const spec = this.o.collection;
+    if (!spec) return;
+    const first = this.nodes[0]!.http;
+    const res = await fetch(`${first}/api/cluster`);
+    const view = (await res.json()) as { collections: Record<string, unknown> };
+    if (!Object.hasOwn(view.collections, spec.name)) {
+      const created = await fetch(`${first}/api/collections`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ name: spec.name, numShards: spec.numShards, replicationFactor: spec.replicationFactor, router: spec.router }),
+      });
+      if (created.status !== 201) throw new ShardexError('SHX_INTERNAL', `could not create collection ${spec.name}: ${await created.text()}`);
+    }
+    await this.waitSettled(first, spec.name);
+  }
+
+  /** Until every shard of `collection` has a leader and every replica is active. */
+  private async waitSettled(url: string, collection: string): Promise<void> {
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    for (;;) {
+      const view = (await (await fetch(`${url}/api/cluster`)).json()) as {
+        collections: Record<string, { shards: Record<string, { leader: string | null; replicas: Array<{ state: string }> }> }>;
+      };
+      const shards = Object.values(view.collections[collection]?.shards ?? {});
+      if (shards.length > 0 && shards.every((s) => s.leader !== null && s.replicas.every((r) => r.state === 'active'))) return;
+      if (Date.now() > deadline) throw new ShardexError('SHX_TIMEOUT', `collection ${collection} did not settle within ${START_TIMEOUT_MS / 1000} s; see ${this.o.logFile}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** Stops readers, then nodes (each leaves its elections first), then the coordinator. */
+  async stop(): Promise<void> {
+    for (const m of [...this.readers, ...this.nodes]) {
+      const stopped = new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, STOP_TIMEOUT_MS);
+        m.worker.on('message', (msg: DevWorkerMessage) => {
+          if (msg.type === 'stopped') {
+            clearTimeout(timer);
+            resolve();
+          }
+        });
+        m.worker.once('exit', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+      m.worker.postMessage({ type: 'stop' });
+      await stopped;
+      await m.worker.terminate();
+    }
+    await this.server.close();
+  }
+}

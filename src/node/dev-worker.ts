@@ -1,0 +1,52 @@
+// One node (or snapshot reader) of the local dev cluster, in its own worker thread: its
+// coordination session lives in the main thread's embedded coordinator, reached over a port.
+import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
+import { ClusterCoordinator } from '../coordination/cluster.js';
+import { PortZNodeStore } from '../coordination/port-store.js';
+import { SnapshotReader } from '../read/snapshot-reader.js';
+import { createLogger } from './logger.js';
+import { ShardexNode } from './shardex-node.js';
+
+export interface DevWorkerData {
+  readonly kind: 'node' | 'reader';
+  readonly name: string;
+  readonly host: string;
+  readonly httpPort: number;
+  readonly grpcPort: number;
+  readonly dataDir: string;
+  readonly logFile: string;
+  readonly snapshotExpiryMs?: number;
+  readonly port: MessagePort;
+}
+
+export type DevWorkerMessage = { type: 'ready'; http: string; grpc: string } | { type: 'stopped' } | { type: 'error'; message: string };
+
+async function main(): Promise<void> {
+  const d = workerData as DevWorkerData;
+  const parent = parentPort!;
+  const logger = createLogger({ file: d.logFile });
+  const coordinator = new ClusterCoordinator({ store: new PortZNodeStore(d.port), logger: logger.child({ node: d.name }) });
+  const common = { name: d.name, host: d.host, httpPort: d.httpPort, grpcPort: d.grpcPort, dataDir: d.dataDir, coordinator, logger };
+  const server =
+    d.kind === 'node'
+      ? new ShardexNode(common)
+      : new SnapshotReader({ ...common, ...(d.snapshotExpiryMs !== undefined && { snapshotExpiryMs: d.snapshotExpiryMs }) });
+  parent.on('message', (m: { type: string }) => {
+    if (m.type !== 'stop') return;
+    void server
+      .stop()
+      .catch((err: unknown) => logger.error({ err }, 'stop failed'))
+      .finally(() => {
+        logger.flush();
+        parent.postMessage({ type: 'stopped' } satisfies DevWorkerMessage);
+      });
+  });
+  try {
+    await server.start();
+    parent.postMessage({ type: 'ready', http: server.httpUrl, grpc: server.grpcAddress } satisfies DevWorkerMessage);
+  } catch (err) {
+    parent.postMessage({ type: 'error', message: err instanceof Error ? err.message : String(err) } satisfies DevWorkerMessage);
+  }
+}
+
+void main();

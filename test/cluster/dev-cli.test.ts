@@ -1,0 +1,126 @@
+// `npm start` is `shardex dev`: the local cluster with each node in its own worker thread around
+// one embedded coordinator. Started here as a child process, as a user starts it: it serves
+// writes, reads and eventual searches, stops on Ctrl-C (SIGINT), and keeps its data for the
+// next start.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http } from '../support/cluster.js';
+
+const CLI = fileURLToPath(new URL('../../bin/shardex.js', import.meta.url));
+
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+/** A base port whose HTTP, gRPC and reader ports (base..+2, +100, +1000..+1002, +1100) are all free. */
+async function freeBase(): Promise<number> {
+  for (let i = 0; i < 50; i++) {
+    const base = 20_000 + Math.floor(Math.random() * 20_000);
+    const ports = [0, 1, 2, 100, 1000, 1001, 1002, 1100].map((d) => base + d);
+    if ((await Promise.all(ports.map(portFree))).every(Boolean)) return base;
+  }
+  throw new Error('no free range of ports on 127.0.0.1');
+}
+
+interface Dev {
+  readonly child: ChildProcess;
+  readonly out: string[];
+}
+
+async function startDev(base: number, dataDir: string): Promise<Dev> {
+  const child = spawn(process.execPath, [CLI, 'dev', '--port', String(base), '--data', dataDir, '--readers', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const out: string[] = [];
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`dev cluster did not start:\n${out.join('')}`)), 60_000);
+    child.stdout!.on('data', (d: Buffer) => {
+      out.push(d.toString());
+      if (out.join('').includes('press Ctrl-C')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    child.stderr!.on('data', (d: Buffer) => out.push(d.toString()));
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`dev cluster exited with ${code}:\n${out.join('')}`));
+    });
+  });
+  return { child, out };
+}
+
+function stopDev(dev: Dev): Promise<number | null> {
+  return new Promise((resolve) => {
+    if (dev.child.exitCode !== null) return resolve(dev.child.exitCode);
+    const timer = setTimeout(() => dev.child.kill('SIGKILL'), 20_000);
+    dev.child.once('exit', (code) => {
+      clearTimeout(timer);
+      resolve(code);
+    });
+    dev.child.kill('SIGINT');
+  });
+}
+
+describe('shardex dev (npm start)', () => {
+  let base: number;
+  let dataDir: string;
+  let dev: Dev | undefined;
+
+  beforeAll(async () => {
+    base = await freeBase();
+    dataDir = await mkdtemp(join(tmpdir(), 'shardex-dev-'));
+    dev = await startDev(base, dataDir);
+  });
+
+  afterAll(async () => {
+    if (dev) await stopDev(dev);
+    await rm(dataDir, { recursive: true, force: true });
+  });
+
+  it('prints where to send requests', () => {
+    const text = dev!.out.join('');
+    for (let i = 0; i < 3; i++) expect(text).toContain(`http://127.0.0.1:${base + i}`);
+    expect(text).toContain('collection "docs": 2 shards x 2 replicas');
+    expect(text).toContain('curl -s');
+  });
+
+  it('takes writes on any node and serves reads and searches from every node', async () => {
+    const w = await http('POST', `http://127.0.0.1:${base}/api/collections/docs/docs`, [{ id: 'a1', title: 'threads everywhere' }, { id: 'b2', title: 'another one' }]);
+    expect(w.status).toBe(200);
+    expect(w.body.rf).toBe(2);
+    for (let i = 0; i < 3; i++) {
+      const r = await http('GET', `http://127.0.0.1:${base + i}/api/collections/docs/docs/a1`);
+      expect(r.body).toMatchObject({ id: 'a1', title: 'threads everywhere', _version_: w.body.versions.a1 });
+    }
+    const s = await http('GET', `http://127.0.0.1:${base + 2}/api/collections/docs/search?q=threads`);
+    expect(s.body.hits.map((h: { id: string }) => h.id)).toEqual(['a1']);
+  });
+
+  it('serves eventual searches from its snapshot reader after a commit', async () => {
+    expect((await http('POST', `http://127.0.0.1:${base}/api/collections/docs/commit`)).status).toBe(200);
+    // The reader copies the new commit point once its snapshot is older than the expiry (5 s).
+    const deadline = Date.now() + 30_000;
+    let res = await http('GET', `http://127.0.0.1:${base + 1}/api/collections/docs/search?q=threads&consistency=eventual`);
+    while (res.body.total !== 1 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 200));
+      res = await http('GET', `http://127.0.0.1:${base + 1}/api/collections/docs/search?q=threads&consistency=eventual`);
+    }
+    expect(res.body.total).toBe(1);
+    for (const s of Object.values(res.body.servedBy) as Array<{ node: string; fallback: boolean }>) expect(s).toMatchObject({ node: 'reader1', fallback: false });
+  });
+
+  it('stops on Ctrl-C with exit code 0 and finds its documents again at the next start', async () => {
+    expect(await stopDev(dev!)).toBe(0);
+    dev = await startDev(base, dataDir);
+    const r = await http('GET', `http://127.0.0.1:${base + 2}/api/collections/docs/docs/b2`);
+    expect(r.body).toMatchObject({ id: 'b2', title: 'another one' });
+  });
+});
