@@ -8,6 +8,8 @@ import { StoreError } from '../src/coordination/store.js';
 import type { SessionState, StoreErrorCode, WatchEvent, ZNodeStore } from '../src/coordination/store.js';
 import { ZooKeeperStore } from '../src/coordination/zookeeper-store.js';
 import { TcpProxy, zkConnect, zkServer } from './support/zookeeper.js';
+import { MessageChannel } from 'node:worker_threads';
+import { PortZNodeStore, servePort } from '../src/coordination/port-store.js';
 
 const WAIT = { timeout: 20_000, interval: 10 };
 
@@ -32,6 +34,29 @@ function memoryHarness(): Harness {
     partition: async (store) => server.disconnect(store.sessionId),
     heal: async (store) => server.reconnect(store.sessionId),
     close: () => server.close(),
+  };
+}
+
+/** The embedded server seen from another thread's side of a MessagePort (the dev cluster's workers). */
+function portHarness(): Harness {
+  const server = new MemoryZNodeServer();
+  const stores: PortZNodeStore[] = [];
+  return {
+    async connect(options) {
+      const { port1, port2 } = new MessageChannel();
+      servePort(port1, server, { chroot: '/shardex', ...(options?.sessionTimeoutMs !== undefined && { sessionTimeoutMs: options.sessionTimeoutMs }) });
+      const store = new PortZNodeStore(port2);
+      stores.push(store);
+      await store.ready;
+      return store;
+    },
+    expire: async (store) => server.expire(store.sessionId),
+    partition: async (store) => server.disconnect(store.sessionId),
+    heal: async (store) => server.reconnect(store.sessionId),
+    async close() {
+      for (const s of stores) await s.close().catch(() => undefined);
+      await server.close();
+    },
   };
 }
 
@@ -508,6 +533,7 @@ function contract(name: string, makeHarness: () => Harness): void {
 }
 
 contract('MemoryZNodeServer', memoryHarness);
+contract('PortZNodeStore (MemoryZNodeServer over a MessagePort)', portHarness);
 contract('ZooKeeperStore', zooKeeperHarness);
 
 describe('MemoryZNodeServer', () => {

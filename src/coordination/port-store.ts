@@ -19,13 +19,23 @@ interface Request {
 
 type Message =
   | { kind: 'result'; id: number; value: unknown }
-  | { kind: 'error'; id: number; code?: StoreErrorCode; path?: string; message: string }
+  | { kind: 'error'; id: number; code?: StoreErrorCode; path?: string; message: string; name?: string }
   | { kind: 'watch'; watchId: number; event: WatchEvent }
   | { kind: 'state'; state: SessionState; sessionId: string };
 
+/** The caller's bad input stays the error class it is in-process (TypeError, RangeError). */
+function rebuildError(name: string | undefined, message: string): Error {
+  if (name === 'TypeError') return new TypeError(message);
+  if (name === 'RangeError') return new RangeError(message);
+  return new Error(message);
+}
+
 /** Main-thread side: one session of `server` per port, driven by the worker's requests. */
-export function servePort(port: MessagePort, server: MemoryZNodeServer, options: { chroot?: string } = {}): void {
-  const store = server.connect(options.chroot === undefined ? {} : { chroot: options.chroot });
+export function servePort(port: MessagePort, server: MemoryZNodeServer, options: { chroot?: string; sessionTimeoutMs?: number } = {}): void {
+  const store = server.connect({
+    ...(options.chroot !== undefined && { chroot: options.chroot }),
+    ...(options.sessionTimeoutMs !== undefined && { sessionTimeoutMs: options.sessionTimeoutMs }),
+  });
   const post = (m: Message): void => port.postMessage(m);
   post({ kind: 'state', state: 'connected', sessionId: store.sessionId });
   store.onSessionState((state) => post({ kind: 'state', state, sessionId: store.sessionId }));
@@ -71,7 +81,7 @@ export function servePort(port: MessagePort, server: MemoryZNodeServer, options:
         post(
           err instanceof StoreError
             ? { kind: 'error', id: req.id, code: err.code, path: err.path, message: err.message }
-            : { kind: 'error', id: req.id, message: err instanceof Error ? err.message : String(err) },
+            : { kind: 'error', id: req.id, message: err instanceof Error ? err.message : String(err), ...(err instanceof Error && { name: err.name }) },
         ),
     );
   });
@@ -85,8 +95,13 @@ export class PortZNodeStore implements ZNodeStore {
   private readonly watchIds = new WeakMap<Watcher, number>();
   private readonly listeners = new Set<(s: SessionState) => void>();
   private session = '';
+  private portClosed = false;
+  /** Resolves once the session is open (its id is known). */
+  readonly ready: Promise<void>;
+  private opened!: () => void;
 
   constructor(private readonly port: MessagePort) {
+    this.ready = new Promise((resolve) => (this.opened = resolve));
     port.on('message', (m: Message) => this.receive(m));
   }
 
@@ -102,7 +117,7 @@ export class PortZNodeStore implements ZNodeStore {
         if (!p) return;
         this.pending.delete(m.id);
         if (m.kind === 'result') p.resolve(m.value);
-        else p.reject(m.code ? new StoreError(m.code, m.path ?? '', m.message) : new Error(m.message));
+        else p.reject(m.code ? new StoreError(m.code, m.path ?? '', m.message) : rebuildError(m.name, m.message));
         return;
       }
       case 'watch':
@@ -110,11 +125,13 @@ export class PortZNodeStore implements ZNodeStore {
         return;
       case 'state':
         this.session = m.sessionId;
+        this.opened();
         for (const l of this.listeners) l(m.state);
     }
   }
 
   private call<T>(op: Op, args: unknown[], watch?: Watcher): Promise<T> {
+    if (this.portClosed) return Promise.reject(new StoreError('CLOSED', String(args[0] ?? ''), 'the store is closed'));
     const id = this.nextId++;
     let watchId: number | undefined;
     if (watch) {
@@ -161,7 +178,14 @@ export class PortZNodeStore implements ZNodeStore {
     return () => this.listeners.delete(listener);
   }
   async close(): Promise<void> {
-    await this.call('close', []);
-    this.port.close();
+    if (this.portClosed) return;
+    try {
+      await this.call('close', []);
+    } finally {
+      this.portClosed = true;
+      this.port.close();
+      for (const [, p] of this.pending) p.reject(new StoreError('CLOSED', '', 'the store is closed'));
+      this.pending.clear();
+    }
   }
 }
