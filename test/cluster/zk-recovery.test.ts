@@ -16,12 +16,12 @@ async function post(url: string, collection: string, docs: object[]): Promise<vo
   if (res.status !== 200) throw new Error(`write failed: ${res.status} ${JSON.stringify(res.body)}`);
 }
 
-describe('replica recovery on ZooKeeper (1 shard x 2 replicas, log retention 5,000)', () => {
+describe('replica recovery on ZooKeeper (1 shard x 2 replicas, log retention 25,000)', () => {
   let procs: NodeProcesses;
   const C = 'recov';
 
   beforeAll(async () => {
-    procs = new NodeProcesses(zkConnect('recovery'), { zkTimeoutMs: ZK_TIMEOUT_MS, args: ['--log-retention', '5000'] });
+    procs = new NodeProcesses(zkConnect('recovery'), { zkTimeoutMs: ZK_TIMEOUT_MS, args: ['--log-retention', '25000'] });
     await procs.start('a');
     await procs.start('b');
     const res = await http('POST', `${procs.nodes.get('a')!.http}/api/collections`, { name: C, numShards: 1, replicationFactor: 2 });
@@ -45,28 +45,60 @@ describe('replica recovery on ZooKeeper (1 shard x 2 replicas, log retention 5,0
   }
 
   it('catches a replica up by peer sync when the leader log still holds what it missed', async () => {
-    // 4,000 updates: under the 5,000 kept, so the log reaches back.
-    const { leader, follower } = await stopFollowerAndWrite(4000, 0);
+    // 20,000 updates: under the 25,000 kept, so the log reaches back.
+    const { leader, follower } = await stopFollowerAndWrite(20_000, 0);
     await procs.start(follower);
     await waitSettled(procs, C);
     expect(await metric(procs.nodes.get(follower)!.http, 'shardex_recoveries_total', 'method="peer-sync"')).toBeGreaterThanOrEqual(1);
     expect(await metric(procs.nodes.get(follower)!.http, 'shardex_recoveries_total', 'method="full-copy"')).toBe(0);
     const mine = await replicaVersions(procs.nodes.get(follower)!.http, C, 'shard1');
     const theirs = await replicaVersions(procs.nodes.get(leader)!.http, C, 'shard1');
-    expect(mine.size).toBe(4000);
+    expect(mine.size).toBe(20_000);
     expect(mine).toEqual(theirs);
   });
 
   it('falls back to a full copy when more updates landed than the log keeps', async () => {
-    // 20,000 updates while the replica is down: the log (5,000) no longer reaches back.
-    const { leader, follower } = await stopFollowerAndWrite(20_000, 4000);
+    // 30,000 updates while the replica is down: the log (25,000) no longer reaches back.
+    const { leader, follower } = await stopFollowerAndWrite(30_000, 20_000);
     await procs.start(follower);
     await waitSettled(procs, C);
     expect(await metric(procs.nodes.get(follower)!.http, 'shardex_recoveries_total', 'method="full-copy"')).toBeGreaterThanOrEqual(1);
     const mine = await replicaVersions(procs.nodes.get(follower)!.http, C, 'shard1');
     const theirs = await replicaVersions(procs.nodes.get(leader)!.http, C, 'shard1');
-    expect(mine.size).toBe(24_000);
+    expect(mine.size).toBe(50_000);
     expect(mine).toEqual(theirs);
+  });
+});
+
+describe('a snapshot reader process on ZooKeeper (shardex reader)', () => {
+  let procs: NodeProcesses;
+  const C = 'readers';
+
+  beforeAll(async () => {
+    procs = new NodeProcesses(zkConnect('reader'), { zkTimeoutMs: ZK_TIMEOUT_MS });
+    await procs.start('d1');
+    await procs.startReader('r1', ['--snapshot-expiry', '100']);
+    const res = await http('POST', `${procs.nodes.get('d1')!.http}/api/collections`, { name: C, numShards: 2, replicationFactor: 1, autoCommit: 'off' });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+  });
+
+  afterAll(async () => {
+    await procs?.stopAll();
+  });
+
+  it('serves eventual reads from commit points, and is listed under GET /api/readers', async () => {
+    const url = procs.nodes.get('d1')!.http;
+    await post(url, C, [{ id: 'p1', title: 'from a reader process' }]);
+    const before = await http('GET', `${url}/api/collections/${C}/search?q=reader&consistency=eventual`);
+    expect(before.body.total).toBe(0);
+    expect(Object.values(before.body.servedBy).map((s: any) => s.node)).toEqual(['r1', 'r1']);
+    await http('POST', `${url}/api/collections/${C}/commit`);
+    await until('the reader to serve the commit', 30_000, async () => {
+      const r = await http('GET', `${url}/api/collections/${C}/search?q=reader&consistency=eventual`);
+      return r.body.total === 1 ? true : undefined;
+    });
+    const readers = await http('GET', `${url}/api/readers`);
+    expect(readers.body.readers).toMatchObject([{ name: 'r1', group: 'default' }]);
   });
 });
 

@@ -28,14 +28,23 @@ export class NodeProcesses {
   ) {}
 
   /** Starts (or restarts, keeping its data) the node `name`; resolves when it serves. */
-  async start(name: string): Promise<NodeProcess> {
+  start(name: string): Promise<NodeProcess> {
+    return this.launch(name, 'node', this.opts.args ?? []);
+  }
+
+  /** Starts a snapshot reader process (`shardex reader`) named `name`. */
+  startReader(name: string, args: string[] = []): Promise<NodeProcess> {
+    return this.launch(name, 'reader', args);
+  }
+
+  private async launch(name: string, command: 'node' | 'reader', args: string[]): Promise<NodeProcess> {
     if (!this.root) this.root = await mkdtemp(join(tmpdir(), 'shardex-procs-'));
     const existing = this.nodes.get(name);
     const node: NodeProcess = existing ?? { name, dataDir: join(this.root, name), http: '', grpc: '', child: undefined, output: [] };
     this.nodes.set(name, node);
     const child = spawn(
       process.execPath,
-      [CLI, 'node', '--zk', this.zk, '--port', '0', '--grpc-port', '0', '--name', name, '--data', node.dataDir, '--zk-timeout', String(this.opts.zkTimeoutMs), ...(this.opts.args ?? [])],
+      [CLI, command, '--zk', this.zk, '--port', '0', '--grpc-port', '0', '--name', name, '--data', node.dataDir, '--zk-timeout', String(this.opts.zkTimeoutMs), ...args],
       { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, SHARDEX_LOG_LEVEL: 'warn', ...this.opts.env } },
     );
     node.child = child;
