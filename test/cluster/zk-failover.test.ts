@@ -42,7 +42,7 @@ describe('a 3-process cluster on ZooKeeper (2 shards x 3 replicas)', () => {
           kind === 'follower'
             ? NAMES.find((n) => !leaders.has(n)) ?? NAMES.find((n) => n !== shards.shard1!.leader)!
             : shards[kind.slice('leader:'.length)]!.leader!;
-        const ackedBefore = writer.ackTimes.length;
+        const ackedBefore = writer.acks.length;
         const killedAt = Date.now();
         await procs.kill(victim);
         // Writes go on through the survivors; wait for a new leader of every shard the victim led.
@@ -50,8 +50,8 @@ describe('a 3-process cluster on ZooKeeper (2 shards x 3 replicas)', () => {
           const v = await clusterView(liveUrls(procs)[0]!);
           return Object.values(v.collections[C]!.shards).every((s) => s.leader !== null && s.leader !== victim) ? true : undefined;
         });
-        await until('a write accepted after the kill', 60_000, async () => (writer.ackTimes.length > ackedBefore + 5 ? true : undefined));
-        const firstAfter = writer.ackTimes.slice(ackedBefore).find((t) => t > killedAt) ?? Date.now();
+        // The first write both sent and acknowledged after the kill.
+        const firstAfter = await until('a write sent and accepted after the kill', 60_000, async () => writer.acks.slice(ackedBefore).find((a) => a.sent > killedAt)?.acked);
         failoverMs.push(firstAfter - killedAt);
         await procs.start(victim);
         await waitSettled(procs, C);

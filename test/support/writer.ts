@@ -13,8 +13,8 @@ export class SteadyWriter {
   readonly retryable: WriterFailure[] = [];
   /** Anything else: a defect. */
   readonly unexpected: WriterFailure[] = [];
-  /** Wall-clock times of acknowledged writes (ms since epoch). */
-  readonly ackTimes: number[] = [];
+  /** When each acknowledged write was sent and acknowledged (ms since epoch). */
+  readonly acks: Array<{ sent: number; acked: number }> = [];
   private running = false;
   private loops: Promise<void>[] = [];
   private seq = 0;
@@ -49,6 +49,7 @@ export class SteadyWriter {
         const id = n % 5 === 4 ? `${this.opts.prefix}${n - 4}` : `${this.opts.prefix}${n}`;
         return { id, n, text: `write ${n}` };
       });
+      const sent = Date.now();
       try {
         const res = await fetch(`${url}/api/collections/${this.collection}/docs`, {
           method: 'POST',
@@ -59,7 +60,7 @@ export class SteadyWriter {
         const body = (await res.json()) as { versions?: Record<string, number>; error?: string };
         if (res.status === 200 && body.versions) {
           for (const [id, v] of Object.entries(body.versions)) this.acked.set(id, Math.max(v, this.acked.get(id) ?? 0));
-          this.ackTimes.push(Date.now());
+          this.acks.push({ sent, acked: Date.now() });
         } else if (res.status === 503 && res.headers.get('retry-after')) {
           this.retryable.push({ status: 503, message: body.error ?? '' });
         } else this.unexpected.push({ status: res.status, message: body.error ?? JSON.stringify(body) });
