@@ -232,6 +232,10 @@ export class ShardexNode {
   private async openReplica(collection: string, shard: string): Promise<ShardReplica | undefined> {
     const key = `${collection}/${shard}`;
     const p = (async () => {
+      // Until it has opened and caught up, this replica is down for everyone (as Solr's cores
+      // publish "down" at registration): the state may still say "active" from before a restart.
+      const mine = this.coordinator.collection(collection)?.shards.find((s) => s.name === shard)?.replicas.find((r) => r.node === this.name);
+      if (mine && mine.state !== 'down') await this.coordinator.setReplicaState(collection, shard, this.name, 'down');
       const store = await ReplicaStore.open(this.replicaDir(collection, shard), {
         ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
       });
@@ -457,6 +461,9 @@ export class ShardexNode {
     const shard = routerOf(state).route(id).shard;
     if (opts.distrib === false) {
       const local = this.replica(collection, shard);
+      if (!local && state.shards.find((s) => s.name === shard)?.replicas.some((r) => r.node === this.name)) {
+        throw new ShardexError('SHX_RECOVERING', `the replica of ${collection}/${shard} on ${this.name} is still opening; retry shortly`);
+      }
       const entry = local ? await local.store.get(id) : undefined;
       return entry && entry.doc !== null ? { entry, shard } : undefined;
     }
