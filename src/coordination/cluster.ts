@@ -78,12 +78,16 @@ export class ClusterCoordinator implements Coordinator {
   }
 
   /** Registers `self` as live and watches the cluster; without `self`, only watches (clients). */
-  async start(self?: NodeInfo): Promise<void> {
+  async start(self?: NodeInfo, beforeLive?: () => Promise<void>): Promise<void> {
     this.selfInfo = self;
     await Promise.all(['/live_nodes', '/collections', '/config'].map((p) => this.store.mkdirp(p)));
     this.unsubscribeSession = this.store.onSessionState((s) => this.onSessionState(s));
-    await this.registerLive();
+    // Read the cluster first, so that the node can publish its replicas' state before anyone
+    // sees it live.
     await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
+    await beforeLive?.();
+    await this.registerLive();
+    await this.watchLiveNodes();
   }
 
   private async registerLive(): Promise<void> {
@@ -240,11 +244,9 @@ export class ClusterCoordinator implements Coordinator {
     // A collection deleted while no watch was set (the session had expired) sends no 'deleted' event.
     const present = new Set(names);
     for (const c of [...this.watchedCollections.keys()]) if (!present.has(c)) this.forgetCollection(c);
-    for (const c of names) {
-      if (this.watchedCollections.has(c)) continue;
-      this.watchedCollections.set(c, {});
-      void this.watchState(c).catch((err) => this.watchFailed(err));
-    }
+    const fresh = names.filter((c) => !this.watchedCollections.has(c));
+    for (const c of fresh) this.watchedCollections.set(c, {});
+    await Promise.all(fresh.map((c) => this.watchState(c).catch((err) => this.watchFailed(err))));
   }
 
   private async watchState(c: string): Promise<void> {

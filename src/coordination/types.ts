@@ -60,8 +60,11 @@ export interface ElectionCandidate {
 }
 
 export interface Coordinator {
-  /** Registers this node as live (when given) and starts watching the cluster. */
-  start(self?: NodeInfo): Promise<void>;
+  /**
+   * Starts watching the cluster and registers this node as live (when given); `beforeLive`
+   * runs once the cluster state is read and before the node is seen live.
+   */
+  start(self?: NodeInfo, beforeLive?: () => Promise<void>): Promise<void>;
   readonly self: NodeInfo | undefined;
   liveNodes(): readonly NodeInfo[];
   isLive(node: string): boolean;

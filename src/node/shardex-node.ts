@@ -187,7 +187,9 @@ export class ShardexNode {
     });
     const addr = this.http.server.address();
     this.httpUrl = `http://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
-    await this.coordinator.start(this.info);
+    // Until each replica has opened and caught up it is down for everyone (as Solr's cores
+    // publish "down" at registration): the state may still say "active" from before a restart.
+    await this.coordinator.start(this.info, () => this.publishReplicasDown());
     this.unsubscribe = this.coordinator.onChange(() => this.scheduleSync());
     this.scheduleSync();
     await this.syncing;
@@ -225,6 +227,14 @@ export class ShardexNode {
     }
   }
 
+  private async publishReplicasDown(): Promise<void> {
+    for (const [c, state] of this.coordinator.collections()) {
+      for (const s of state.shards) {
+        if (s.replicas.some((r) => r.node === this.name && r.state !== 'down')) await this.coordinator.setReplicaState(c, s.name, this.name, 'down');
+      }
+    }
+  }
+
   private replicaDir(collection: string, shard: string): string {
     return join(this.o.dataDir, collection, shard);
   }
@@ -232,10 +242,6 @@ export class ShardexNode {
   private async openReplica(collection: string, shard: string): Promise<ShardReplica | undefined> {
     const key = `${collection}/${shard}`;
     const p = (async () => {
-      // Until it has opened and caught up, this replica is down for everyone (as Solr's cores
-      // publish "down" at registration): the state may still say "active" from before a restart.
-      const mine = this.coordinator.collection(collection)?.shards.find((s) => s.name === shard)?.replicas.find((r) => r.node === this.name);
-      if (mine && mine.state !== 'down') await this.coordinator.setReplicaState(collection, shard, this.name, 'down');
       const store = await ReplicaStore.open(this.replicaDir(collection, shard), {
         ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
       });
