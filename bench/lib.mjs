@@ -115,3 +115,202 @@ export function processCpuMs(pid) {
     return NaN;
   }
 }
+
+/**
+ * Flags `--name value` (kebab-case names become camelCase keys) over `defaults`: a flag whose
+ * default is a number must be a positive number; others are taken as text. Unknown flags throw.
+ */
+export function parseFlags(rest, defaults) {
+  const a = { ...defaults };
+  for (let i = 0; i < rest.length; i += 2) {
+    const key = rest[i].replace(/^--/, '').replace(/-(\w)/g, (_, c) => c.toUpperCase());
+    if (!(key in a)) throw new Error(`unknown flag ${rest[i]} (known: ${Object.keys(a).join(', ')})`);
+    if (rest[i + 1] === undefined) throw new Error(`${rest[i]} needs a value`);
+    if (typeof defaults[key] === 'number') {
+      const n = Number(rest[i + 1]);
+      if (!Number.isFinite(n) || n <= 0) throw new Error(`${rest[i]} must be a positive number`);
+      a[key] = n;
+    } else a[key] = rest[i + 1];
+  }
+  return a;
+}
+
+/**
+ * POSTs a JSON body (text) and resolves the parsed answer. A 503 is a condition that passes (no
+ * leader yet, leader changing): waited out a bounded number of times; anything else not 2xx throws.
+ */
+export async function postJson(url, body, { timeoutMs = 120_000 } = {}) {
+  for (let attempt = 1; ; attempt++) {
+    const res = await httpRequest(url, { method: 'POST', body, headers: { 'content-type': 'application/json' }, timeoutMs });
+    if (res.status >= 200 && res.status < 300) return res.body === '' ? undefined : JSON.parse(res.body);
+    if (res.status !== 503 || attempt >= 20) throw new Error(`POST ${new URL(url).pathname}: HTTP ${res.status} ${res.body.slice(0, 500)}`);
+    await new Promise((r) => setTimeout(r, 250 * attempt));
+  }
+}
+
+/** Sum of a Prometheus counter over the nodes' `/metrics`, over the lines that contain `labels`. */
+export async function metricSum(urls, name, labels = '') {
+  let sum = 0;
+  for (const url of urls) {
+    const res = await httpRequest(`${url}/metrics`);
+    for (const line of res.body.split('\n')) {
+      if ((line.startsWith(name + '{') || line.startsWith(name + ' ')) && line.includes(labels)) sum += Number(line.split(' ').pop());
+    }
+  }
+  return sum;
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls `probe` every 100 ms until it returns something other than undefined; throws after `ms`. */
+export async function until(what, ms, probe) {
+  const deadline = performance.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (performance.now() > deadline) throw new Error(`no ${what} within ${ms} ms${last ? `: ${last.message}` : ''}`);
+    await sleep(100);
+  }
+}
+
+/** Resolves once every shard of `collection` has a leader and every replica is active, as the node at `url` sees it. */
+export async function waitSettled(url, collection, ms = 60_000) {
+  await until(`settled collection ${collection}`, ms, async () => {
+    const view = JSON.parse((await httpRequest(`${url}/api/cluster`)).body);
+    const shards = Object.values(view.collections?.[collection]?.shards ?? {});
+    return shards.length > 0 && shards.every((s) => s.leader !== null && s.replicas.every((r) => r.state === 'active')) ? true : undefined;
+  });
+}
+
+// Processes a benchmark started and has not stopped yet: killed if the bench itself exits early.
+const running = new Set();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+// Ctrl-C: exit through 'exit', so that the hook above (and ZooKeeper's) run.
+process.once('SIGINT', () => process.exit(130));
+
+/**
+ * Starts `node bin/shardex.js <args>` (`node`, `reader`: commands that print one JSON line
+ * `{"ready":true,...}` when they serve) as its own process; resolves with that line's fields
+ * once it is printed. Its output is drained (a full pipe would stall it) and the last 100 lines
+ * kept (`output()`) for error messages. `stop()` sends SIGTERM, then SIGKILL after `graceMs`, to its pid only.
+ */
+export async function startProcess(args, { env = {}, timeoutMs = 60_000, graceMs = 10_000 } = {}) {
+  const child = spawn(process.execPath, [join(root, 'bin/shardex.js'), ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    // Quiet unless the bench is run with SHARDEX_LOG_LEVEL set (e.g. info, to see refreshes).
+    env: { ...process.env, SHARDEX_LOG_LEVEL: process.env.SHARDEX_LOG_LEVEL ?? 'warn', ...env },
+  });
+  running.add(child);
+  const lines = [];
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal ?? code)));
+  void exited.then(() => running.delete(child));
+  let partial = '';
+  let onLine = () => undefined;
+  const keep = (chunk) => {
+    const parts = (partial + chunk.toString('utf8')).split('\n');
+    partial = parts.pop();
+    for (const line of parts) {
+      if (!line.trim()) continue;
+      lines.push(line.slice(0, 500));
+      if (lines.length > 100) lines.shift();
+      onLine(line);
+    }
+  };
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  const what = `shardex ${args.slice(0, 1).join(' ')} (pid ${child.pid})`;
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    await exited;
+    clearTimeout(timer);
+  };
+  let info;
+  try {
+    info = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${what} did not print its ready line in ${timeoutMs} ms:\n${lines.slice(-20).join('\n')}`)), timeoutMs);
+      onLine = (line) => {
+        if (!line.includes('"ready":true')) return;
+        clearTimeout(timer);
+        resolve(JSON.parse(line));
+      };
+      void exited.then((how) => {
+        clearTimeout(timer);
+        reject(new Error(`${what} exited (${how}) before it was ready:\n${lines.slice(-20).join('\n')}`));
+      });
+    });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  onLine = () => undefined;
+  return { ...info, pid: child.pid, output: () => lines.slice(), cpuMs: () => processCpuMs(child.pid), stop };
+}
+
+/**
+ * A cluster of separate `shardex node` processes on a throwaway local ZooKeeper (installed and
+ * started by dist/node/local-zookeeper.js), all on 127.0.0.1 and free ports. Snapshot readers
+ * are added with `startReader`. `stop()` ends every process by pid, then ZooKeeper, then
+ * removes the data; a failed start stops what had started.
+ */
+export async function startZkCluster({ nodes = 2, zkTimeoutMs = 15_000, progress = log } = {}) {
+  const { startLocalZooKeeper } = await import('../dist/node/local-zookeeper.js');
+  const zk = await startLocalZooKeeper((m) => progress(`  [zookeeper] ${m}`));
+  const dataDir = await mkdtemp(join(tmpdir(), 'shardex-bench-zk-'));
+  const connect = `127.0.0.1:${zk.port}/shardex-bench`;
+  const dataNodes = [];
+  const readers = [];
+  const cluster = {
+    connect,
+    nodes: dataNodes,
+    readers,
+    get urls() {
+      return dataNodes.map((n) => n.http);
+    },
+    async startNode(name) {
+      const p = await startProcess(['node', '--zk', connect, '--port', '0', '--grpc-port', '0', '--name', name, '--data', join(dataDir, name), '--zk-timeout', String(zkTimeoutMs)]);
+      dataNodes.push(p);
+      progress(`  node ${name} up: ${p.http} (pid ${p.pid})`);
+      return p;
+    },
+    async startReader(name, { snapshotExpiryMs = 5000, maxScans = 8, group = 'default' } = {}) {
+      const p = await startProcess(['reader', '--zk', connect, '--port', '0', '--grpc-port', '0', '--name', name, '--data', join(dataDir, name), '--zk-timeout', String(zkTimeoutMs),
+        '--group', group, '--snapshot-expiry', String(snapshotExpiryMs), '--max-scans', String(maxScans)]);
+      readers.push(p);
+      progress(`  reader ${name} up: ${p.http} (pid ${p.pid})`);
+      return p;
+    },
+    async stopReaders() {
+      while (readers.length > 0) await readers.pop().stop();
+    },
+    async stop() {
+      for (const p of [...readers, ...dataNodes]) await p.stop().catch(() => undefined);
+      readers.length = 0;
+      dataNodes.length = 0;
+      await zk.stop().catch((err) => progress(`  stopping ZooKeeper failed: ${err.message}`));
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+  try {
+    for (let i = 1; i <= nodes; i++) await cluster.startNode(`n${i}`);
+  } catch (err) {
+    await cluster.stop();
+    throw err;
+  }
+  return cluster;
+}
+
+/** The corpus vocabulary by frequency rank (1 = most frequent), counted on the first 20,000 docs. */
+export function vocabularyByRank(docs) {
+  const counts = new Map();
+  for (const d of docs.slice(0, 20_000)) for (const text of [d.title, d.body]) for (const w of text.split(' ')) counts.set(w, (counts.get(w) ?? 0) + 1);
+  return [...counts].sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1)).map(([w]) => w);
+}

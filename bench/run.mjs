@@ -4,6 +4,8 @@
 const benches = {
   ingest: () => import('./ingest.mjs'),
   search: () => import('./search.mjs'),
+  eventual: () => import('./eventual.mjs'),
+  import: () => import('./import.mjs'),
 };
 const [name = 'all', ...rest] = process.argv.slice(2);
 const names = name === 'all' ? Object.keys(benches) : [name];

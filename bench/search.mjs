@@ -19,7 +19,7 @@ import MiniSearch from 'minisearch';
 import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
 import { parseSchema, ShardIndex } from '../dist/index/index.js';
-import { dirSize, fmt, httpRequest, log, percentile, processCpuMs, ratio, startDevCluster } from './lib.mjs';
+import { dirSize, fmt, httpRequest, log, percentile, processCpuMs, ratio, startDevCluster, vocabularyByRank } from './lib.mjs';
 
 const COLLECTION = 'bench';
 const FIELDS = { title: 'text', body: 'text', category: 'keyword', price: 'number', ts: 'date' };
@@ -41,13 +41,6 @@ function args(rest) {
 // ---- the query mix ----
 
 /** The corpus's words, most frequent first, as counted in (up to) the first 20,000 docs. */
-function vocabularyByRank(docs) {
-  const counts = new Map();
-  for (const d of docs.slice(0, 20_000)) {
-    for (const text of [d.title, d.body]) for (const w of text.split(' ')) counts.set(w, (counts.get(w) ?? 0) + 1);
-  }
-  return [...counts].sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1)).map(([w]) => w);
-}
 
 /**
  * The fixed mix: ranks are frequency ranks in the corpus's Zipf vocabulary (1 = most frequent;

@@ -261,7 +261,10 @@ export class SnapshotReader {
     for (;;) {
       const page = await this.peers.call<StoredEntry[]>(leader, 'updatesAfter', { collection, shard, after, limit: 5000, upto: next.version });
       if (page.length === 0) break;
-      await cached.replica.apply(page);
+      // Only the newest entry of each id in the page matters: older ones would be indexed for nothing.
+      const newest = new Map<string, StoredEntry>();
+      for (const e of page) newest.set(e.id, e);
+      await cached.replica.apply([...newest.values()]);
       after = page[page.length - 1]!.version;
       if (page.length < 5000) break;
     }
