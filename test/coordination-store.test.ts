@@ -10,6 +10,7 @@ import { ZooKeeperStore } from '../src/coordination/zookeeper-store.js';
 import { TcpProxy, zkConnect, zkServer } from './support/zookeeper.js';
 import { MessageChannel } from 'node:worker_threads';
 import { PortZNodeStore, servePort } from '../src/coordination/port-store.js';
+import { freePort } from '../src/node/local-zookeeper.js';
 
 const WAIT = { timeout: 20_000, interval: 10 };
 
@@ -655,13 +656,4 @@ describe('ZooKeeperStore', () => {
 });
 
 /** A port nothing listens on. */
-function closedPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
+const closedPort = freePort;

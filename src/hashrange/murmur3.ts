@@ -71,13 +71,7 @@ function murmur3Ascii(s: string, seed: number): number {
     const b2 = s.charCodeAt(i + 2);
     const b3 = s.charCodeAt(i + 3);
     if ((b0 | b1 | b2 | b3) > 0x7f) return NaN;
-    let k1 = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24);
-    k1 = Math.imul(k1, C1);
-    k1 = (k1 << 15) | (k1 >>> 17);
-    k1 = Math.imul(k1, C2);
-    h1 ^= k1;
-    h1 = (h1 << 13) | (h1 >>> 19);
-    h1 = (Math.imul(h1, 5) + 0xe6546b64) | 0;
+    h1 = mixBlock(h1, b0 | (b1 << 8) | (b2 << 16) | (b3 << 24));
   }
   let k1 = 0;
   let tail = 0;
@@ -117,13 +111,7 @@ export function murmur3Range(bytes: Uint8Array, start: number, end: number, seed
   let h1 = seed | 0;
   let i = start;
   for (; i < blocksEnd; i += 4) {
-    let k1 = bytes[i] | (bytes[i + 1] << 8) | (bytes[i + 2] << 16) | (bytes[i + 3] << 24);
-    k1 = Math.imul(k1, C1);
-    k1 = (k1 << 15) | (k1 >>> 17);
-    k1 = Math.imul(k1, C2);
-    h1 ^= k1;
-    h1 = (h1 << 13) | (h1 >>> 19);
-    h1 = (Math.imul(h1, 5) + 0xe6546b64) | 0;
+    h1 = mixBlock(h1, bytes[i] | (bytes[i + 1] << 8) | (bytes[i + 2] << 16) | (bytes[i + 3] << 24));
   }
   let k1 = 0;
   switch (length & 3) {
@@ -141,6 +129,16 @@ export function murmur3Range(bytes: Uint8Array, start: number, end: number, seed
       h1 ^= k1;
   }
   return fmix(h1, length);
+}
+
+/** Mixes one 4-byte block `k1` into the running hash `h1` (small enough for the JIT to inline). */
+function mixBlock(h1: number, k1: number): number {
+  k1 = Math.imul(k1, C1);
+  k1 = (k1 << 15) | (k1 >>> 17);
+  k1 = Math.imul(k1, C2);
+  h1 ^= k1;
+  h1 = (h1 << 13) | (h1 >>> 19);
+  return (Math.imul(h1, 5) + 0xe6546b64) | 0;
 }
 
 function fmix(h1: number, length: number): number {

@@ -219,7 +219,8 @@ function probe(port: number, command: string): Promise<string> {
   });
 }
 
-function freePort(): Promise<number> {
+/** A port on 127.0.0.1 that nothing listens on right now. */
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once('error', reject);
