@@ -1,7 +1,6 @@
 // The ZNodeStore contract, run against the embedded store and against a real ZooKeeper: the
 // cluster coordination is written once against the interface, so both must behave alike.
 
-import net from 'node:net';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { MAX_DATA_BYTES, MemoryZNodeServer } from '../src/coordination/memory-store.js';
 import { StoreError } from '../src/coordination/store.js';
