@@ -527,30 +527,27 @@ export class ShardexClient {
     if (opts.offset !== undefined) params.set('offset', String(opts.offset));
     if (opts.limit !== undefined) params.set('limit', String(opts.limit));
     if (opts.fields !== undefined) params.set('fields', opts.fields.join(','));
-    return this.withDeadline(opts, `searching ${collection}`, async (signal) => {
+    return this.viaAnyNode<SearchResult>(opts, `searching ${collection}`, collection, 'GET', `/api/collections/${enc(collection)}/search?${params}`);
+  }
+
+  /** One request that any live node can serve (it forwards or fans out as needed), with failover. */
+  private viaAnyNode<T>(opts: RequestOptions, what: string, collection: string, method: 'GET' | 'POST', path: string): Promise<T> {
+    return this.withDeadline(opts, what, async (signal) => {
       await this.collectionState(collection);
       return this.withFailover(this.singleOp(), {
         preferred: () => undefined,
         spread: this.nextSpread(),
         ...(signal && { signal }),
-        send: async (host) =>
-          (await httpCall<SearchResult>(this.fetchFn, { method: 'GET', host, path: `/api/collections/${enc(collection)}/search?${params}`, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) })).body,
+        send: async (host) => (await httpCall<T>(this.fetchFn, { method, host, path, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) })).body,
       });
     });
   }
 
   /** Records a commit point on every shard leader. */
   commit(collection: string, opts: RequestOptions = {}): Promise<Record<string, unknown>> {
-    return this.withDeadline(opts, `committing ${collection}`, async (signal) => {
-      await this.collectionState(collection);
-      return this.withFailover(this.singleOp(), {
-        preferred: () => undefined,
-        spread: this.nextSpread(),
-        ...(signal && { signal }),
-        send: async (host) =>
-          (await httpCall<{ commit: Record<string, unknown> }>(this.fetchFn, { method: 'POST', host, path: `/api/collections/${enc(collection)}/commit`, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) })).body.commit,
-      });
-    });
+    return this.viaAnyNode<{ commit: Record<string, unknown> }>(opts, `committing ${collection}`, collection, 'POST', `/api/collections/${enc(collection)}/commit`).then(
+      (r) => r.commit,
+    );
   }
 
   /** A bulk write job (DMSDK's WriteBatcher). */
