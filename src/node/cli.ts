@@ -104,34 +104,29 @@ program
     out('press Ctrl-C to stop');
   });
 
-program
-  .command('node')
-  .description('start one node of a cluster coordinated by ZooKeeper')
-  .requiredOption('--zk <connect>', 'ZooKeeper connect string host:port[,host:port]/chroot')
-  .option('--port <port>', 'HTTP port', intArg('--port', 0, 65535), 8983)
-  .option('--grpc-port <port>', 'gRPC port (default: HTTP port + 1000)', intArg('--grpc-port', 0, 65535))
-  .option('--data <dir>', 'data directory', './data')
-  .option('--name <name>', 'node name (default: host_port)')
-  .option('--host <host>', 'address to bind (0.0.0.0 = every interface)', '127.0.0.1')
-  .option('--advertise-host <host>', 'address other nodes and clients reach this node at (default: --host)')
-  .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
+/** The flags every cluster process takes (ProcessOptions in run-node.ts): ZooKeeper, ports, data, addresses. */
+function clusterProcess(name: string, description: string, what: string, defaults: { port: number; data: string }): Command {
+  return program
+    .command(name)
+    .description(description)
+    .requiredOption('--zk <connect>', 'ZooKeeper connect string host:port[,host:port]/chroot')
+    .option('--port <port>', 'HTTP port', intArg('--port', 0, 65535), defaults.port)
+    .option('--grpc-port <port>', 'gRPC port (default: HTTP port + 1000)', intArg('--grpc-port', 0, 65535))
+    .option('--data <dir>', 'data directory', defaults.data)
+    .option('--name <name>', `${what} name (default: host_port)`)
+    .option('--host <host>', 'address to bind (0.0.0.0 = every interface)', '127.0.0.1')
+    .option('--advertise-host <host>', `address other nodes and clients reach this ${what} at (default: --host)`)
+    .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000);
+}
+
+clusterProcess('node', 'start one node of a cluster coordinated by ZooKeeper', 'node', { port: 8983, data: './data' })
   .option('--log-retention <n>', 'update-log entries kept per shard for peer sync', intArg('--log-retention', 100, 100_000_000), 100_000)
   .action(async (o: RunNodeOptions) => {
     await runNode(o);
   });
 
-program
-  .command('reader')
-  .description('start a snapshot reader: serves eventual reads from commit-point snapshots')
-  .requiredOption('--zk <connect>', 'ZooKeeper connect string host:port[,host:port]/chroot')
+clusterProcess('reader', 'start a snapshot reader: serves eventual reads from commit-point snapshots', 'reader', { port: 8990, data: './data/reader' })
   .option('--group <name>', 'reader group', 'default')
-  .option('--port <port>', 'HTTP port (health, metrics)', intArg('--port', 0, 65535), 8990)
-  .option('--grpc-port <port>', 'gRPC port (default: HTTP port + 1000)', intArg('--grpc-port', 0, 65535))
-  .option('--data <dir>', 'cache directory', './data/reader')
-  .option('--name <name>', 'reader name (default: host_port)')
-  .option('--host <host>', 'address to bind (0.0.0.0 = every interface)', '127.0.0.1')
-  .option('--advertise-host <host>', 'address nodes and clients reach this reader at (default: --host)')
-  .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
   .option('--snapshot-expiry <ms>', 'refresh a cached shard once its snapshot is this old', intArg('--snapshot-expiry', 0, 86_400_000), 60_000)
   .option('--disk-budget <bytes>', 'evict least recently used shards past this size', intArg('--disk-budget', 1, Number.MAX_SAFE_INTEGER))
   .option('--max-scans <n>', 'concurrent scans', intArg('--max-scans', 1, 1024), 8)
