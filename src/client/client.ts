@@ -302,22 +302,16 @@ export class ShardexClient {
     o: { minRf?: number; spread: number; onRetry?: (info: RetryInfo) => void; signal?: AbortSignal | undefined },
   ): Promise<{ host: string; added: number; rf: number; versions: Record<string, number>; minRfMet: boolean }> {
     const query = o.minRf !== undefined ? `?minRf=${o.minRf}` : '';
-    return this.withFailover(job, {
-      preferred: () => this.snapshot.leaderHost(collection, shard),
-      spread: o.spread,
-      ...(o.onRetry && { onRetry: o.onRetry }),
-      ...(o.signal && { signal: o.signal }),
-      send: async (host) => {
-        const { body } = await httpCall<{ added: number; rf: number; versions: Record<string, number>; minRfMet?: boolean }>(this.fetchFn, {
-          method: 'POST',
-          host,
-          path: `/api/collections/${enc(collection)}/docs${query}`,
-          body: docs,
-          timeoutMs: this.requestTimeoutMs,
-          ...(o.signal && { signal: o.signal }),
-        });
-        return { host, added: body.added, rf: body.rf, versions: body.versions ?? {}, minRfMet: body.minRfMet !== false };
-      },
+    return this.viaLeader(job, collection, shard, o, async (host) => {
+      const { body } = await httpCall<{ added: number; rf: number; versions: Record<string, number>; minRfMet?: boolean }>(this.fetchFn, {
+        method: 'POST',
+        host,
+        path: `/api/collections/${enc(collection)}/docs${query}`,
+        body: docs,
+        timeoutMs: this.requestTimeoutMs,
+        ...(o.signal && { signal: o.signal }),
+      });
+      return { host, added: body.added, rf: body.rf, versions: body.versions ?? {}, minRfMet: body.minRfMet !== false };
     });
   }
 
@@ -332,22 +326,33 @@ export class ShardexClient {
     const params = new URLSearchParams({ shard, q: page.q, limit: String(page.limit) });
     if (page.after !== undefined) params.set('after', page.after);
     if (page.fields && page.fields.length > 0) params.set('fields', page.fields.join(','));
+    return this.viaLeader(job, collection, shard, o, async (host) => {
+      const { body } = await httpCall<ExportPage>(this.fetchFn, {
+        method: 'GET',
+        host,
+        path: `/api/collections/${enc(collection)}/export?${params}`,
+        timeoutMs: this.requestTimeoutMs,
+        ...(o.signal && { signal: o.signal }),
+      });
+      if (!Array.isArray(body?.docs)) throw new ShardexError('SHX_INTERNAL', `${host} answered the export of ${collection}/${shard} without a docs array`);
+      return { host, docs: body.docs, next: body.next ?? null };
+    });
+  }
+
+  /** A job's request to a shard's leader, failing over (and re-routing) as the job's hosts fail. */
+  private viaLeader<T>(
+    job: JobContext,
+    collection: string,
+    shard: string,
+    o: { spread: number; onRetry?: (info: RetryInfo) => void; signal?: AbortSignal | undefined },
+    send: (host: string) => Promise<T>,
+  ): Promise<T> {
     return this.withFailover(job, {
       preferred: () => this.snapshot.leaderHost(collection, shard),
       spread: o.spread,
       ...(o.onRetry && { onRetry: o.onRetry }),
       ...(o.signal && { signal: o.signal }),
-      send: async (host) => {
-        const { body } = await httpCall<ExportPage>(this.fetchFn, {
-          method: 'GET',
-          host,
-          path: `/api/collections/${enc(collection)}/export?${params}`,
-          timeoutMs: this.requestTimeoutMs,
-          ...(o.signal && { signal: o.signal }),
-        });
-        if (!Array.isArray(body?.docs)) throw new ShardexError('SHX_INTERNAL', `${host} answered the export of ${collection}/${shard} without a docs array`);
-        return { host, docs: body.docs, next: body.next ?? null };
-      },
+      send,
     });
   }
 
