@@ -30,6 +30,19 @@ async function present(client: ShardexClient, ids: readonly string[]): Promise<S
   return found;
 }
 
+/** The first half of a write job, flushed; then one shard leader stops (gracefully). */
+async function writeHalfThenStopALeader(tc: TestCluster, client: ShardexClient, docs: readonly CorpusDoc[]) {
+  const suspended: HostSuspendedEvent[] = [];
+  client.onHostSuspended((e) => suspended.push(e));
+  const job = client.writeBatcher({ collection: 'docs', batchSize: 200, concurrency: 4 });
+  const ev = record(job);
+  await job.addAll(docs.slice(0, DOCS / 2));
+  await job.flush();
+  const victim = aLeader(tc, client);
+  await victim.stop();
+  return { suspended, job, ev, victim };
+}
+
 function record(job: { onBatchSuccess: Function; onBatchFailure: Function; onBatchRetry: Function }) {
   const ev = { ok: [] as BatchSuccessEvent[], failed: [] as BatchFailureEvent[], retries: [] as BatchRetryEvent[] };
   job.onBatchSuccess((e: BatchSuccessEvent) => void ev.ok.push(e));
@@ -55,14 +68,7 @@ describe('write job failover when a node stops (minHosts 1)', () => {
   });
 
   it('completes, with the stopped host suspended and its batches retried elsewhere, and every document present', async () => {
-    const suspended: HostSuspendedEvent[] = [];
-    client.onHostSuspended((e) => suspended.push(e));
-    const job = client.writeBatcher({ collection: 'docs', batchSize: 200, concurrency: 4 });
-    const ev = record(job);
-    await job.addAll(docs.slice(0, DOCS / 2));
-    await job.flush();
-    const victim = aLeader(tc, client);
-    await victim.stop();
+    const { suspended, job, ev, victim } = await writeHalfThenStopALeader(tc, client, docs);
     await job.addAll(docs.slice(DOCS / 2));
     const report = await job.awaitCompletion();
 
@@ -97,14 +103,7 @@ describe('write job with minHosts 3 when one of 3 nodes stops', () => {
   });
 
   it('stops with an error naming minHosts, and reports what was and was not written', async () => {
-    const suspended: HostSuspendedEvent[] = [];
-    client.onHostSuspended((e) => suspended.push(e));
-    const job = client.writeBatcher({ collection: 'docs', batchSize: 200, concurrency: 4 });
-    const ev = record(job);
-    await job.addAll(docs.slice(0, DOCS / 2));
-    await job.flush();
-    const victim = aLeader(tc, client);
-    await victim.stop();
+    const { suspended, job, ev, victim } = await writeHalfThenStopALeader(tc, client, docs);
 
     const addError = await job.addAll(docs.slice(DOCS / 2)).then(
       () => undefined,
