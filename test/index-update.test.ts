@@ -229,6 +229,75 @@ describe('an index after many updates', () => {
     for (const req of queries) expect(ix.search({ limit: 50, ...req }), JSON.stringify(req)).toEqual(fresh.search({ limit: 50, ...req }));
   });
 
+  it('answers the same when the updates come in batches (apply), as a replica sends them', () => {
+    const r = rng(31);
+    const ops: { id: string; doc: StoredDoc | null }[] = [];
+    for (let i = 0; i < 4000; i++) {
+      const id = `d${Math.floor(r() * 250)}`;
+      ops.push({ id, doc: r() < 0.25 ? null : randomDoc(r) });
+    }
+    const oneByOne = new ShardIndex(schema);
+    for (const op of ops) {
+      if (op.doc === null) oneByOne.delete(op.id);
+      else oneByOne.add(op.id, op.doc);
+    }
+    const batched = new ShardIndex(schema);
+    // Batches of 1 to 300 ops: the same id is often added, replaced and deleted within one batch.
+    for (let i = 0; i < ops.length; ) {
+      const n = 1 + Math.floor(r() * 300);
+      batched.apply(ops.slice(i, i + n));
+      i += n;
+    }
+    expect(batched.size).toBe(oneByOne.size);
+    for (const req of queries) expect(batched.search({ limit: 50, ...req }), JSON.stringify(req)).toEqual(oneByOne.search({ limit: 50, ...req }));
+    expect(batched.collectStats({ q: 'apple banana "cherry date"' })).toEqual(oneByOne.collectStats({ q: 'apple banana "cherry date"' }));
+  });
+
+  it('answers the same after one batch larger than the pending-postings buffer', () => {
+    // 6,000 documents of ~40 distinct terms: far more (term, document) entries than one flush
+    // holds, so the batch is appended in several rounds, with overwrites and deletes between.
+    const r = rng(77);
+    const word = (): string => `w${Math.floor(r() * 3000)}`;
+    const ops: { id: string; doc: StoredDoc | null }[] = [];
+    for (let i = 0; i < 6000; i++) {
+      const id = `d${Math.floor(r() * 4000)}`;
+      const body = Array.from({ length: 40 }, word).join(' ');
+      ops.push({ id, doc: r() < 0.1 ? null : { title: `${word()} ${word()}`, body, category: word() } });
+    }
+    const oneByOne = new ShardIndex(schema);
+    for (const op of ops) {
+      if (op.doc === null) oneByOne.delete(op.id);
+      else oneByOne.add(op.id, op.doc);
+    }
+    const batched = new ShardIndex(schema);
+    batched.apply(ops);
+    const probe = (ops.find((o) => o.doc !== null)?.doc?.body as string).split(' ');
+    const reqs: SearchRequest[] = [
+      { q: probe[0] },
+      { q: `${probe[1]} ${probe[2]}` },
+      { q: `"${probe[3]} ${probe[4]}"` },
+      { q: 'w1*', sort: 'category desc' },
+      { q: '*', sort: 'category asc' },
+    ];
+    expect(batched.size).toBe(oneByOne.size);
+    for (const req of reqs) expect(batched.search({ limit: 100, ...req }), JSON.stringify(req)).toEqual(oneByOne.search({ limit: 100, ...req }));
+  });
+
+  it('keeps the documents before a rejected one in a batch, and stays consistent', () => {
+    const ix = new ShardIndex(schema);
+    expect(() =>
+      ix.apply([
+        { id: 'a', doc: { title: 'apple pie' } },
+        { id: 'b', doc: { title: 'apple tart', price: 'not a number' } },
+        { id: 'c', doc: { title: 'apple crumble' } },
+      ]),
+    ).toThrow(ShardexError);
+    expect(ids(ix, { q: 'apple' })).toEqual(['a']);
+    expect(ids(ix, { q: '"apple pie"' })).toEqual(['a']);
+    ix.apply([{ id: 'c', doc: { title: 'apple crumble' } }]);
+    expect(ids(ix, { q: 'apple' }).sort()).toEqual(['a', 'c']);
+  });
+
   it('compacts itself under heavy overwriting and still answers exactly', () => {
     const ix = new ShardIndex(schema);
     const final = new Map<string, StoredDoc>();

@@ -1,7 +1,7 @@
 // One shard replica hosted by a node: its durable store, its search index, and its place in
 // the shard (leader or follower, leadership epoch, recovery state).
 import type { Logger } from 'pino';
-import { ShardIndex, type CollectionSchema } from '../index/index.js';
+import { ShardIndex, type CollectionSchema, type StoredDoc } from '../index/index.js';
 import type { ReplicaStore, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 
@@ -22,10 +22,7 @@ export class SearchIndexBinding implements ReplicaIndex {
   }
 
   apply(ops: readonly UpdateOp[]): void {
-    for (const op of ops) {
-      if (op.doc === null) this.index.delete(op.id);
-      else this.index.add(op.id, op.doc as { id: string });
-    }
+    this.index.apply(ops as readonly { id: string; doc: StoredDoc | null }[]);
   }
 
   clear(): void {

@@ -9,6 +9,11 @@
 //   - a term's postings are one Int32Array of [doc, tf, doc, tf, ...] in increasing doc order
 //     (documents get increasing numbers and are never renumbered but by ShardIndex.compact), and
 //     for text its positions one Int32Array, tf entries per posting, in the same order;
+//   - postings are appended a batch at a time: endDoc records (term, doc, tf, positions) entries,
+//     flush() groups them by term and appends each term's run once, so a term that many documents
+//     of a batch share is touched once per batch rather than once per document (the write path's
+//     cost is the first touch of each term's arrays); statistics (docFreq, lengths) are updated
+//     by endDoc at once, and ShardIndex flushes before anything reads postings;
 //   - a deleted document's postings stay until the term has more dead entries than live ones,
 //     then that term alone is rewritten (amortized O(1) per removed posting); docFreq, docCount and
 //     sumLength count live documents only, always, so statistics are exact at every moment.
@@ -25,6 +30,8 @@ export interface ForwardSink {
 const EMPTY = new Int32Array(0);
 /** Dead postings a term tolerates before it is rewritten, however small its live list. */
 const MIN_DEAD_TO_COMPACT = 8;
+/** Pending entries that make endDoc flush by itself (about 1 MiB of scratch), however long the batch. */
+const MAX_PENDING = 1 << 16;
 
 export class InvertedField implements TokenSink {
   readonly kind = 'inverted' as const;
@@ -69,6 +76,24 @@ export class InvertedField implements TokenSink {
   private posNext = new Int32Array(256);
   private posValue = new Int32Array(256);
   private tokens = 0;
+
+  // ---- entries waiting for flush(), in document order ----
+  private nPending = 0;
+  private pendTerm = new Int32Array(256);
+  private pendDoc = new Int32Array(256);
+  private pendTf = new Int32Array(256);
+  /** Start of each entry's positions in pendPos (text fields). */
+  private pendPosStart = new Int32Array(256);
+  private nPendPos = 0;
+  private pendPos = new Int32Array(1024);
+  /** Per term: its pending entries (then, in flush, the end of its run in `order`). */
+  private termPending = new Int32Array(16);
+  /** Per term: positions of its pending entries. */
+  private termPendingPos = new Int32Array(16);
+  /** Terms with pending entries, in order of first appearance. */
+  private touched = new Int32Array(64);
+  private nTouched = 0;
+  private order = new Int32Array(256);
 
   constructor(
     readonly key: string,
@@ -140,7 +165,10 @@ export class InvertedField implements TokenSink {
     this.tokens++;
   }
 
-  /** Appends the document built since beginDoc to the postings; no-op if it had no tokens. */
+  /**
+   * Records the document built since beginDoc (no-op if it had no tokens): its statistics at once,
+   * its postings as pending entries that flush() appends.
+   */
   endDoc(doc: number, forward: ForwardSink): void {
     const n = this.nLocal;
     if (n === 0) return;
@@ -149,29 +177,28 @@ export class InvertedField implements TokenSink {
     this.docCount++;
     this.sumLength += this.tokens;
     forward.beginField(this.slot, n);
+    if (this.nPending + n > this.pendTerm.length) this.growPending(this.nPending + n);
+    if (this.withPositions && this.nPendPos + this.tokens > this.pendPos.length) {
+      this.pendPos = grow(this.pendPos, Math.max(this.pendPos.length * 2, this.nPendPos + this.tokens));
+    }
     let minId = -1;
     let maxId = -1;
+    let e = this.nPending;
+    let q = this.nPendPos;
     for (let s = 0; s < n; s++) {
       const id = this.localTerm[s];
       const tf = this.localTf[s];
-      let p = this.postings[id];
-      let len = this.postingsLength[id];
-      if (len + 2 > p.length) {
-        p = grow(p, Math.max(4, p.length * 2));
-        this.postings[id] = p;
+      this.pendTerm[e] = id;
+      this.pendDoc[e] = doc;
+      this.pendTf[e] = tf;
+      if (this.termPending[id]++ === 0) {
+        if (this.nTouched === this.touched.length) this.touched = grow(this.touched, this.nTouched * 2);
+        this.touched[this.nTouched++] = id;
       }
-      p[len] = doc;
-      p[len + 1] = tf;
-      this.postingsLength[id] = len + 2;
       if (this.withPositions) {
-        let pp = this.positions[id];
-        let plen = this.positionsLength[id];
-        if (plen + tf > pp.length) {
-          pp = grow(pp, Math.max(plen + tf, pp.length * 2, 4));
-          this.positions[id] = pp;
-        }
-        for (let k = this.localHead[s]; k >= 0; k = this.posNext[k]) pp[plen++] = this.posValue[k];
-        this.positionsLength[id] = plen;
+        this.pendPosStart[e] = q;
+        for (let k = this.localHead[s]; k >= 0; k = this.posNext[k]) this.pendPos[q++] = this.posValue[k];
+        this.termPendingPos[id] += tf;
       } else {
         const t = this.terms[id];
         if (minId < 0 || t < this.terms[minId]) minId = id;
@@ -179,15 +206,88 @@ export class InvertedField implements TokenSink {
       }
       this.docFreq[id]++;
       forward.termId(id);
+      e++;
     }
+    this.nPending = e;
+    this.nPendPos = q;
     if (!this.withPositions) {
       this.minValue[doc] = minId;
       this.maxValue[doc] = maxId;
     }
+    if (e >= MAX_PENDING) this.flush();
+  }
+
+  /** Whether entries wait for flush(): postings do not show them yet. */
+  get pending(): boolean {
+    return this.nPending > 0;
+  }
+
+  /** Appends the pending entries to the postings, term by term (documents stay in increasing order). */
+  flush(): void {
+    const n = this.nPending;
+    if (n === 0) return;
+    const touched = this.touched;
+    const nTouched = this.nTouched;
+    const count = this.termPending;
+    // Counting sort of the entries by term, stable: each term's run keeps document order.
+    let end = 0;
+    for (let i = 0; i < nTouched; i++) {
+      const t = touched[i];
+      end += count[t];
+      count[t] = end - count[t];
+    }
+    if (this.order.length < n) this.order = new Int32Array(this.pendTerm.length);
+    const order = this.order;
+    for (let e = 0; e < n; e++) order[count[this.pendTerm[e]]++] = e;
+    let k = 0;
+    for (let i = 0; i < nTouched; i++) {
+      const t = touched[i];
+      const stop = count[t];
+      let p = this.postings[t];
+      let len = this.postingsLength[t];
+      const need = len + 2 * (stop - k);
+      if (need > p.length) {
+        p = grow(p, Math.max(need, p.length * 2));
+        this.postings[t] = p;
+      }
+      if (this.withPositions) {
+        let pp = this.positions[t];
+        let plen = this.positionsLength[t];
+        const needPos = plen + this.termPendingPos[t];
+        if (needPos > pp.length) {
+          pp = grow(pp, Math.max(needPos, pp.length * 2));
+          this.positions[t] = pp;
+        }
+        for (; k < stop; k++) {
+          const e = order[k];
+          const tf = this.pendTf[e];
+          p[len++] = this.pendDoc[e];
+          p[len++] = tf;
+          const from = this.pendPosStart[e];
+          for (let j = 0; j < tf; j++) pp[plen++] = this.pendPos[from + j];
+        }
+        this.positionsLength[t] = plen;
+        this.termPendingPos[t] = 0;
+      } else {
+        for (; k < stop; k++) {
+          const e = order[k];
+          p[len++] = this.pendDoc[e];
+          p[len++] = this.pendTf[e];
+        }
+      }
+      this.postingsLength[t] = len;
+      count[t] = 0;
+    }
+    this.nPending = 0;
+    this.nPendPos = 0;
+    this.nTouched = 0;
   }
 
   /** Undoes a document whose term ids are `fwd[start .. start+count)`; `live[doc]` is already 0. */
   removeDoc(doc: number, fwd: Int32Array, start: number, count: number, live: Uint8Array): void {
+    // Its own entries must be in the postings so that deadCount counts what they hold; removing
+    // an older document leaves the batch pending (pending entries are all of newer documents).
+    if (this.nPending > 0 && doc >= this.pendDoc[0]) this.flush();
     const len = this.lengthOf(doc);
     if (len > 0) {
       this.docCount--;
@@ -244,6 +344,7 @@ export class InvertedField implements TokenSink {
    * old ones, so every write lands on an entry already read.
    */
   renumber(newDoc: Int32Array, newMaxDoc: number): Int32Array {
+    this.flush();
     const count = this.termCount;
     const termMap = new Int32Array(count).fill(-1);
     let next = 0;
@@ -312,6 +413,7 @@ export class InvertedField implements TokenSink {
 
   /** Gives back the spare capacity of postings arrays (up to half of them after growing by doubling). */
   trim(): void {
+    this.flush();
     for (let id = 0; id < this.termCount; id++) {
       const len = this.postingsLength[id];
       if (this.postings[id].length > len + 2) this.postings[id] = this.postings[id].slice(0, Math.max(2, len));
@@ -372,6 +474,8 @@ export class InvertedField implements TokenSink {
       this.positionsLength = grow(this.positionsLength, cap);
       this.stamp = grow(this.stamp, cap);
       this.localSlot = grow(this.localSlot, cap);
+      this.termPending = grow(this.termPending, cap);
+      this.termPendingPos = grow(this.termPendingPos, cap);
     }
     // A copy, not a slice: V8 slices of 13+ characters keep the whole field value alive.
     const term = end - start >= 13 ? (' ' + text.slice(start, end)).slice(1) : text.slice(start, end);
@@ -387,6 +491,14 @@ export class InvertedField implements TokenSink {
     this.localTf = grow(this.localTf, cap);
     this.localHead = grow(this.localHead, cap);
     this.localTail = grow(this.localTail, cap);
+  }
+
+  private growPending(min: number): void {
+    const cap = Math.max(min, this.pendTerm.length * 2);
+    this.pendTerm = grow(this.pendTerm, cap);
+    this.pendDoc = grow(this.pendDoc, cap);
+    this.pendTf = grow(this.pendTf, cap);
+    this.pendPosStart = grow(this.pendPosStart, cap);
   }
 
   private growDocs(doc: number): void {

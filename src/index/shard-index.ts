@@ -84,6 +84,8 @@ type FieldPlan =
   | { readonly kind: 'dynamic'; readonly name: string; text: InvertedField | null; keyword: InvertedField | null; number: NumericField | null };
 
 const EMPTY_FORWARD = new Int32Array(0);
+/** Int32 entries per shared forward-index chunk (256 KiB). */
+const FORWARD_CHUNK = 1 << 16;
 
 export class ShardIndex implements IndexView, ForwardSink {
   readonly schema: CollectionSchema;
@@ -109,6 +111,11 @@ export class ShardIndex implements IndexView, ForwardSink {
   // write-path scratch
   private fwd = new Int32Array(256);
   private fwdLen = 0;
+  /** Where keepForward() puts documents' forward entries. */
+  private chunk = new Int32Array(FORWARD_CHUNK);
+  private chunkUsed = 0;
+  /** Some field may hold pending postings. */
+  private unflushed = false;
   private numbers = new Float64Array(16);
 
   constructor(schema: CollectionSchema, options: ShardIndexOptions = {}) {
@@ -136,6 +143,19 @@ export class ShardIndex implements IndexView, ForwardSink {
   // ---- write path ----
 
   /** Indexes `doc` under `id`, replacing any earlier version; a bad document changes nothing. */
+  /**
+   * Adds (doc) and deletes (doc null) in order, as add() and delete() one by one would (the
+   * replica's path: one call per applied request). A bad document throws, leaving the ones
+   * before it indexed.
+   */
+  apply(ops: Iterable<{ readonly id: string; readonly doc: StoredDoc | null }>): void {
+    for (const op of ops) {
+      if (op.doc === null) this.delete(op.id);
+      else this.add(op.id, op.doc);
+    }
+  }
+
+  /** Indexes `doc` under `id`, replacing any earlier version; a bad document changes nothing. */
   add(id: string, doc: StoredDoc): void {
     if (typeof id !== 'string' || id.length === 0) throw new ShardexError('SHX_BAD_ID', 'a document id must be a non-empty string');
     checkDocument(this.schema, doc);
@@ -154,7 +174,8 @@ export class ShardIndex implements IndexView, ForwardSink {
       if (v === null || v === undefined) continue;
       this.indexValue(d, key, v);
     }
-    this.forward[d] = this.fwdLen === 0 ? EMPTY_FORWARD : this.fwd.slice(0, this.fwdLen);
+    this.forward[d] = this.keepForward(this.fwd, this.fwdLen);
+    this.unflushed = true;
     this.ids[d] = id;
     this.live[d] = 1;
     this.idToDoc.set(id, d);
@@ -169,6 +190,36 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.removeDoc(d);
     this.maybeCompact();
     return true;
+  }
+
+  /**
+   * Appends every field's pending postings (see InvertedField): every read of postings starts
+   * here, so a search sees every document added before it; between reads, postings are appended
+   * in batches as large as a field's pending buffer, however small the write requests.
+   */
+  private flush(): void {
+    if (!this.unflushed) return;
+    for (const f of this.slots) if (f.kind === 'inverted') f.flush();
+    this.unflushed = false;
+  }
+
+  /**
+   * A copy of fwd[0, n) for the forward index: a view into a shared chunk, so that a document
+   * costs no buffer of its own (one per document per replica was a measurable share of ingest).
+   * compact() re-packs the live documents' entries into fresh chunks.
+   */
+  private keepForward(fwd: Int32Array, n: number): Int32Array {
+    if (n === 0) return EMPTY_FORWARD;
+    if (n > FORWARD_CHUNK >> 4) return fwd.slice(0, n);
+    if (this.chunkUsed + n > this.chunk.length) {
+      this.chunk = new Int32Array(FORWARD_CHUNK);
+      this.chunkUsed = 0;
+    }
+    const chunk = this.chunk;
+    const at = this.chunkUsed;
+    for (let i = 0; i < n; i++) chunk[at + i] = fwd[i];
+    this.chunkUsed = at + n;
+    return chunk.subarray(at, at + n);
   }
 
   /** Renumbers the live documents densely and drops every dead posting and unused term (in place). */
@@ -200,6 +251,13 @@ export class ShardIndex implements IndexView, ForwardSink {
       this.ids[nd] = id;
       this.forward[nd] = fwd;
       this.idToDoc.set(id, nd);
+    }
+    // Re-pack, so that chunks holding mostly deleted documents' entries can be collected.
+    this.chunk = new Int32Array(FORWARD_CHUNK);
+    this.chunkUsed = 0;
+    for (let d = 0; d < n; d++) {
+      const fwd = this.forward[d] as Int32Array;
+      this.forward[d] = this.keepForward(fwd, fwd.length);
     }
     this.ids.length = n;
     this.forward.length = n;
@@ -395,6 +453,7 @@ export class ShardIndex implements IndexView, ForwardSink {
   // ---- IndexView ----
 
   inverted(key: string): InvertedField | undefined {
+    this.flush();
     return this.invertedByKey.get(key);
   }
 
@@ -403,6 +462,7 @@ export class ShardIndex implements IndexView, ForwardSink {
   }
 
   defaultTextFields(): readonly InvertedField[] {
+    this.flush();
     if (this.defaultFields === null) {
       const fields = [...this.invertedByKey.values()].filter((f) => f.withPositions);
       fields.sort((a, b) => compareIds(a.key, b.key));
@@ -423,6 +483,7 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** Phase 1: the total and the top offset+limit hits with their sort values. */
   search(req: SearchRequest = {}, globalStats?: IndexStats): ShardSearchResult {
+    this.flush();
     const offset = checkCount('offset', req.offset ?? 0);
     const limit = checkCount('limit', req.limit ?? DEFAULT_LIMIT);
     if (offset + limit > MAX_RESULT_WINDOW) {
@@ -454,6 +515,7 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** Whether each document matches q and the filters: the membership test of an export cursor. */
   matcher(req: Pick<SearchRequest, 'q' | 'filters' | 'defaultOperator'> = {}): (id: string) => boolean {
+    this.flush();
     const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
     const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
@@ -470,6 +532,7 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** The statistics of the query's scoring terms and of its undeclared sort fields, for mergeStats. */
   collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {
+    this.flush();
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, { defaultOperator: checkOperator(req.defaultOperator) }) : req.q;
     const fields = new Map<string, FieldStats>();
     const terms = new Map<string, TermStats>();

@@ -2,6 +2,12 @@
 // tokens up without cutting each one out as a new string (a Map would need the substring and
 // would hash it again); only a term seen for the first time becomes a string. Open addressing,
 // linear probing, FNV-1a over UTF-16 code units, load factor at most 1/2.
+//
+// A lookup is the write path's most frequent step (one per token), and its cost was cache misses,
+// not compares: the slot, then the term's hash, then the term's string object, each in its own
+// place in the heap. So each slot holds the hash beside the id, and the characters of every term
+// are copied, in id order, into one dense pool that lookups compare against: a slot pair, one
+// offset and the characters, all in a few small typed arrays. The strings stay, for readers.
 
 /** FNV-1a of text[start, end) as a signed 32-bit int. */
 export function hashRange(text: string, start: number, end: number): number {
@@ -13,10 +19,12 @@ export function hashRange(text: string, start: number, end: number): number {
 export class TermTable {
   /** Term by id. */
   readonly terms: string[] = [];
-  private hashes = new Int32Array(16);
-  /** id + 1 per slot, 0 = empty. */
-  private slots = new Int32Array(32);
+  /** Per slot: id + 1 (0 = empty), then the term's hash. */
+  private slots = new Int32Array(64);
   private mask = 31;
+  /** UTF-16 code units of every term, in id order: term id spans chars[starts[id], starts[id + 1]). */
+  private chars = new Uint16Array(256);
+  private starts = new Int32Array(17);
 
   get size(): number {
     return this.terms.length;
@@ -26,20 +34,22 @@ export class TermTable {
   find(text: string, start: number, end: number, hash: number): number {
     const len = end - start;
     const slots = this.slots;
-    let i = hash & this.mask;
+    const mask = this.mask;
+    let i = hash & mask;
     for (;;) {
-      const s = slots[i];
+      const s = slots[2 * i];
       if (s === 0) return -1;
-      const id = s - 1;
-      if (this.hashes[id] === hash) {
-        const t = this.terms[id];
-        if (t.length === len) {
+      if (slots[2 * i + 1] === hash) {
+        const id = s - 1;
+        const from = this.starts[id];
+        if (this.starts[id + 1] - from === len) {
+          const chars = this.chars;
           let k = 0;
-          while (k < len && t.charCodeAt(k) === text.charCodeAt(start + k)) k++;
+          while (k < len && chars[from + k] === text.charCodeAt(start + k)) k++;
           if (k === len) return id;
         }
       }
-      i = (i + 1) & this.mask;
+      i = (i + 1) & mask;
     }
   }
 
@@ -51,14 +61,9 @@ export class TermTable {
   add(term: string, hash: number): number {
     const id = this.terms.length;
     this.terms.push(term);
-    if (id === this.hashes.length) {
-      const hashes = new Int32Array(id * 2);
-      hashes.set(this.hashes);
-      this.hashes = hashes;
-    }
-    this.hashes[id] = hash;
-    if ((id + 1) * 2 > this.slots.length) this.rehash(this.slots.length * 2);
-    else this.place(id);
+    this.append(id, term);
+    if ((id + 1) * 2 > this.slots.length / 2) this.rehash(this.slots.length);
+    else this.place(id, hash);
     return id;
   }
 
@@ -69,24 +74,46 @@ export class TermTable {
       const to = keep[id];
       if (to < 0) continue;
       this.terms[to] = this.terms[id];
-      this.hashes[to] = this.hashes[id];
       n++;
     }
     this.terms.length = n;
+    this.chars = new Uint16Array(256);
+    this.starts = new Int32Array(n + 1);
+    for (let id = 0; id < n; id++) this.append(id, this.terms[id]);
     let cap = 32;
     while (n * 2 > cap) cap *= 2;
     this.rehash(cap);
   }
 
-  private place(id: number): void {
-    let i = this.hashes[id] & this.mask;
-    while (this.slots[i] !== 0) i = (i + 1) & this.mask;
-    this.slots[i] = id + 1;
+  /** Copies the characters of term `id` (the newest) to the end of the pool. */
+  private append(id: number, term: string): void {
+    if (id + 2 > this.starts.length) {
+      const starts = new Int32Array(Math.max(id + 2, this.starts.length * 2));
+      starts.set(this.starts);
+      this.starts = starts;
+    }
+    const from = this.starts[id];
+    const to = from + term.length;
+    if (to > this.chars.length) {
+      const chars = new Uint16Array(Math.max(to, this.chars.length * 2));
+      chars.set(this.chars.subarray(0, from));
+      this.chars = chars;
+    }
+    for (let k = 0; k < term.length; k++) this.chars[from + k] = term.charCodeAt(k);
+    this.starts[id + 1] = to;
   }
 
+  private place(id: number, hash: number): void {
+    let i = hash & this.mask;
+    while (this.slots[2 * i] !== 0) i = (i + 1) & this.mask;
+    this.slots[2 * i] = id + 1;
+    this.slots[2 * i + 1] = hash;
+  }
+
+  /** Rebuilds the slots for `capacity` entries (a power of two). */
   private rehash(capacity: number): void {
-    this.slots = new Int32Array(capacity);
+    this.slots = new Int32Array(capacity * 2);
     this.mask = capacity - 1;
-    for (let id = 0; id < this.terms.length; id++) this.place(id);
+    for (let id = 0; id < this.terms.length; id++) this.place(id, hashRange(this.terms[id], 0, this.terms[id].length));
   }
 }
