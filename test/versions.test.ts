@@ -363,7 +363,8 @@ describe('versions assigned by the leader', () => {
     for (const s of sent) {
       expect(s.update.phase).toBe('FROMLEADER');
       expect(s.update.epoch).toBe(7);
-      expect(s.update.ops).toEqual([{ id: 'a', v: res.versions!.a, doc: { id: 'a' } }]);
+      // With the document's JSON text, made once at the leader and reused for every replica.
+      expect(s.update.ops).toEqual([{ id: 'a', v: res.versions!.a, doc: { id: 'a' }, text: '{"id":"a"}' }]);
     }
   });
 

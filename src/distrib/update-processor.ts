@@ -10,7 +10,7 @@ import { ShardexError } from '../errors.js';
 import { ShardRouter, parseRange, type RouterName } from '../hashrange/index.js';
 import type { UpdateOp } from '../ulog/index.js';
 import type { CommandDistributor } from './distributor.js';
-import type { ShardUpdate, ShardUpdateResult, WireOp } from './protocol.js';
+import { textOf, type ShardUpdate, type ShardUpdateResult, type WireOp } from './protocol.js';
 import type { ShardReplica } from './replica.js';
 import { isTransient, linearBackoff, sleep, type BackoffPolicy } from './retry.js';
 
@@ -140,7 +140,8 @@ export class UpdateProcessor {
       throw new ShardexError('SHX_NOT_LEADER', `${this.o.self} is not the leader of ${update.collection}/${update.shard}; retry to refresh the leader`);
     }
     const ops = await replica.lock.run(async () => {
-      const versioned: UpdateOp[] = update.ops.map((op) => ({ id: op.id, version: replica.assignVersion(), doc: op.doc }));
+      // The text is made here if the request did not bring it: the log and every replica use it.
+      const versioned: UpdateOp[] = update.ops.map((op) => ({ id: op.id, version: replica.assignVersion(), doc: op.doc, text: textOf(op) }));
       await replica.apply(versioned);
       return versioned;
     });
@@ -160,7 +161,7 @@ export class UpdateProcessor {
     const targets = others.filter((r) => this.o.coordinator.isLive(r.node));
     if (gone.length > 0) await this.markBehind(replica, targets.map((t) => t.node), gone);
     if (targets.length === 0) return 0;
-    const wire: WireOp[] = ops.map((op) => ({ id: op.id, v: op.version, doc: op.doc }));
+    const wire: WireOp[] = ops.map((op) => ({ id: op.id, v: op.version, doc: op.doc, text: op.text }));
     const update: ShardUpdate = {
       collection: replica.collection,
       shard: replica.shard,
@@ -212,7 +213,7 @@ export class UpdateProcessor {
     const ops: UpdateOp[] = [];
     for (const op of update.ops) {
       if (typeof op.v !== 'number') throw new ShardexError('SHX_BAD_REQUEST', `update for '${op.id}' from ${update.from} has no version`);
-      ops.push({ id: op.id, version: op.v, doc: op.doc });
+      ops.push({ id: op.id, version: op.v, doc: op.doc, text: op.text });
     }
     if (update.epoch < replica.maxEpochSeen) {
       throw new ShardexError('SHX_STALE_EPOCH', `update from ${update.from} carries leadership epoch ${update.epoch}, older than ${replica.maxEpochSeen}`);

@@ -8,7 +8,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import type { Logger } from 'pino';
 import { ShardexError, errorFromWire } from '../errors.js';
 import type { UpdateOutcome, UpdateTransport } from '../distrib/distributor.js';
-import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
+import { decodeOps, encodeOps, type ShardUpdate, type ShardUpdateResult } from '../distrib/protocol.js';
 
 const PROTO = fileURLToPath(new URL('../../proto/shardex.proto', import.meta.url));
 
@@ -121,7 +121,7 @@ export function decodeUpdate(w: WireShardUpdate): ShardUpdate {
     shard: w.shard,
     phase: w.phase,
     epoch: w.epoch,
-    ops: fromJson<WireOp[]>(w.ops) ?? [],
+    ops: decodeOps(w.ops),
     minRf: w.minRf,
     from: w.from,
   };
@@ -319,7 +319,7 @@ export class PeerClients implements UpdateTransport {
         shard: u.shard,
         phase: u.phase,
         epoch: u.epoch,
-        ops: toJson(u.ops),
+        ops: encodeOps(u.ops),
         minRf: u.minRf,
         from: u.from,
       })),

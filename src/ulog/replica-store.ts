@@ -11,6 +11,8 @@ export interface UpdateOp {
   readonly version: number;
   /** The document, or null for a delete. */
   readonly doc: Doc | null;
+  /** JSON.stringify(doc) when the caller has it already (see WireOp.text). */
+  readonly text?: string;
 }
 
 export interface StoredEntry extends UpdateOp {}
@@ -38,7 +40,7 @@ export const logKey = (version: number): string => LOG + String(version).padStar
 const docKey = (id: string): string => DOC + id;
 
 export function encodeEntry(op: UpdateOp): string {
-  return `{"id":${JSON.stringify(op.id)},"v":${op.version},"doc":${op.doc === null ? 'null' : JSON.stringify(op.doc)}}`;
+  return `{"id":${JSON.stringify(op.id)},"v":${op.version},"doc":${op.doc === null ? 'null' : (op.text ?? JSON.stringify(op.doc))}}`;
 }
 
 export function decodeEntry(text: string): StoredEntry {
