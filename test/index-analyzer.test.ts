@@ -22,6 +22,18 @@ describe('analyzer', () => {
     expect(terms('x'.repeat(300)).map((t) => t.length)).toEqual([255, 45]);
   });
 
+  it('hands each token over with the hash of exactly its characters', () => {
+    const seen: [string, number, number][] = [];
+    const sink = {
+      token(text: string, start: number, end: number, hash: number): void {
+        seen.push([text.slice(start, end), hash, hashRange(text, start, end)]);
+      },
+    };
+    new Analyzer().analyze(`Plain ascii42 Café 𝒜b𝒜 cafe\u0301 東京タワー naïve ${'y'.repeat(300)} 😀x a`, 0, sink);
+    expect(seen.map((t) => t[0])).toEqual(['plain', 'ascii42', 'café', '𝒜b𝒜', 'café', '東', '京', 'タワー', 'naïve', 'y'.repeat(255), 'y'.repeat(45), 'x', 'a']);
+    for (const [term, given, expected] of seen) expect(given, term).toBe(expected);
+  });
+
   it('drops stop words but keeps their positions', () => {
     const english = new Analyzer({ stopWords: 'english' });
     expect(english.terms('The cat and the hat')).toEqual({ terms: ['cat', 'hat'], positions: [0, 3] });
@@ -52,6 +64,19 @@ describe('term table', () => {
     table.retain(keep);
     expect(table.size).toBe(next);
     for (let i = 0; i < words.length; i++) expect(table.get(words[i])).toBe(keep[i]);
+  });
+
+  it('tells apart terms whose hashes collide, and terms of other scripts and lengths', () => {
+    const table = new TermTable();
+    // Terms added with one forced hash: every lookup must compare the characters.
+    const same = ['abc', 'abd', 'ab', 'abcd', 'é', '𝒜', ''];
+    for (const t of same) table.add(t, 42);
+    for (let i = 0; i < same.length; i++) expect(table.find(` ${same[i]} `, 1, 1 + same[i].length, 42)).toBe(i);
+    expect(table.find('abe', 0, 3, 42)).toBe(-1);
+    // Past several rehashes (which rehash from the strings), real hashes find every term.
+    const many = Array.from({ length: 3000 }, (_, i) => `t${i}é𝒜`);
+    for (const t of many) table.add(t, hashRange(t, 0, t.length));
+    for (let i = 0; i < many.length; i++) expect(table.get(many[i])).toBe(same.length + i);
   });
 });
 

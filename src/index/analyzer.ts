@@ -9,7 +9,7 @@
 // takes its position, as in Lucene's StopFilter, so that a phrase does not match across the gap
 // with other words.
 
-import { hashRange, TermTable } from './term-table.js';
+import { FNV_BASIS, FNV_PRIME, hashRange, TermTable } from './term-table.js';
 
 export const MAX_TOKEN_LENGTH = 255;
 
@@ -89,22 +89,29 @@ export class Analyzer {
         i += width;
         continue;
       }
+      // hashRange(s, i, end), folded into the scan: the token's characters are read once.
+      let hash = Math.imul(FNV_BASIS ^ c, FNV_PRIME);
+      if (width === 2) hash = Math.imul(hash ^ s.charCodeAt(i + 1), FNV_PRIME);
       let end = i + width;
       if (cls === CharClass.Word) {
         while (end < n && end - i < MAX_TOKEN_LENGTH) {
           const d = s.charCodeAt(end);
           if (d < 0x80) {
             if ((d >= 0x61 && d <= 0x7a) || (d >= 0x30 && d <= 0x39)) {
+              hash = Math.imul(hash ^ d, FNV_PRIME);
               end++;
               continue;
             }
             break;
           }
           if (classify(s, end) !== CharClass.Word) break;
-          end += d >= 0xd800 && d <= 0xdbff && end + 1 < n ? 2 : 1;
+          hash = Math.imul(hash ^ d, FNV_PRIME);
+          if (d >= 0xd800 && d <= 0xdbff && end + 1 < n) {
+            hash = Math.imul(hash ^ s.charCodeAt(end + 1), FNV_PRIME);
+            end += 2;
+          } else end++;
         }
       }
-      const hash = hashRange(s, i, end);
       if (stop === null || stop.find(s, i, end, hash) < 0) sink.token(s, i, end, hash, pos);
       pos++;
       i = end;

@@ -9,10 +9,13 @@
 // are copied, in id order, into one dense pool that lookups compare against: a slot pair, one
 // offset and the characters, all in a few small typed arrays. The strings stay, for readers.
 
+export const FNV_BASIS = 0x811c9dc5;
+export const FNV_PRIME = 0x01000193;
+
 /** FNV-1a of text[start, end) as a signed 32-bit int. */
 export function hashRange(text: string, start: number, end: number): number {
-  let h = 0x811c9dc5;
-  for (let i = start; i < end; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+  let h = FNV_BASIS;
+  for (let i = start; i < end; i++) h = Math.imul(h ^ text.charCodeAt(i), FNV_PRIME);
   return h;
 }
 
