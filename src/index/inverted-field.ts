@@ -247,7 +247,7 @@ export class InvertedField implements TokenSink {
       let len = this.postingsLength[t];
       const need = len + 2 * (stop - k);
       if (need > p.length) {
-        p = grow(p, Math.max(need, p.length * 2));
+        p = grow(p, listCapacity(need, p.length));
         this.postings[t] = p;
       }
       if (this.withPositions) {
@@ -255,7 +255,7 @@ export class InvertedField implements TokenSink {
         let plen = this.positionsLength[t];
         const needPos = plen + this.termPendingPos[t];
         if (needPos > pp.length) {
-          pp = grow(pp, Math.max(needPos, pp.length * 2));
+          pp = grow(pp, listCapacity(needPos, pp.length));
           this.positions[t] = pp;
         }
         for (; k < stop; k++) {
@@ -477,8 +477,9 @@ export class InvertedField implements TokenSink {
       this.termPending = grow(this.termPending, cap);
       this.termPendingPos = grow(this.termPendingPos, cap);
     }
-    // A copy, not a slice: V8 slices of 13+ characters keep the whole field value alive.
-    const term = end - start >= 13 ? (' ' + text.slice(start, end)).slice(1) : text.slice(start, end);
+    // A copy, not a slice: V8 slices of 13+ characters keep the whole field value alive. A whole
+    // value (a keyword) is the term itself.
+    const term = start === 0 && end === text.length ? text : end - start >= 13 ? (' ' + text.slice(start, end)).slice(1) : text.slice(start, end);
     this.dict.add(term, hash);
     this.postings.push(new Int32Array(2));
     this.positions.push(this.withPositions ? new Int32Array(2) : EMPTY);
@@ -514,8 +515,18 @@ export class InvertedField implements TokenSink {
   }
 }
 
+/** A copy of `a` with room for `capacity` entries (never fewer than `a` holds). */
 export function grow(a: Int32Array, capacity: number): Int32Array<ArrayBuffer> {
-  const b = new Int32Array(capacity);
-  b.set(a.subarray(0, Math.min(a.length, capacity)));
+  const b = new Int32Array(Math.max(capacity, a.length));
+  b.set(a);
   return b;
+}
+
+/**
+ * The capacity a postings or positions list grows to when it must hold `need` entries: four
+ * times over while small, then doubling. A grow costs about as much for a small list as for a
+ * large one (an allocation more than a copy), and a term seen again usually keeps growing.
+ */
+function listCapacity(need: number, length: number): number {
+  return Math.max(need, length < 1024 ? length * 4 : length * 2, 16);
 }

@@ -66,7 +66,7 @@ export class TermTable {
     this.terms.push(term);
     this.append(id, term);
     if ((id + 1) * 2 > this.slots.length / 2) this.rehash(this.slots.length);
-    else this.place(id, hash);
+    this.place(id, hash);
     return id;
   }
 
@@ -85,7 +85,9 @@ export class TermTable {
     for (let id = 0; id < n; id++) this.append(id, this.terms[id]);
     let cap = 32;
     while (n * 2 > cap) cap *= 2;
-    this.rehash(cap);
+    this.slots = new Int32Array(cap * 2);
+    this.mask = cap - 1;
+    for (let id = 0; id < n; id++) this.place(id, hashRange(this.terms[id], 0, this.terms[id].length));
   }
 
   /** Copies the characters of term `id` (the newest) to the end of the pool. */
@@ -113,10 +115,11 @@ export class TermTable {
     this.slots[2 * i + 1] = hash;
   }
 
-  /** Rebuilds the slots for `capacity` entries (a power of two). */
+  /** Rebuilds the slots for `capacity` entries (a power of two), moving each (id, hash) pair. */
   private rehash(capacity: number): void {
+    const old = this.slots;
     this.slots = new Int32Array(capacity * 2);
     this.mask = capacity - 1;
-    for (let id = 0; id < this.terms.length; id++) this.place(id, hashRange(this.terms[id], 0, this.terms[id].length));
+    for (let i = 0; i < old.length; i += 2) if (old[i] !== 0) this.place(old[i] - 1, old[i + 1]);
   }
 }
