@@ -30,8 +30,13 @@ export interface ForwardSink {
 const EMPTY = new Int32Array(0);
 /** Dead postings a term tolerates before it is rewritten, however small its live list. */
 const MIN_DEAD_TO_COMPACT = 8;
-/** Pending entries that make endDoc flush by itself (about 1 MiB of scratch), however long the batch. */
-const MAX_PENDING = 1 << 16;
+/**
+ * Pending entries that make endDoc flush by itself, however long the batch: ~160 documents of
+ * 100 distinct terms. The scratch (~0.5 MiB) then stays in a core's L2 cache; 4x more entries
+ * (fewer touches per term, scratch past L2) measured slightly slower and noisier in the ingest
+ * benchmark.
+ */
+const MAX_PENDING = 1 << 14;
 
 export class InvertedField implements TokenSink {
   readonly kind = 'inverted' as const;
