@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ShardexError } from '../src/errors.js';
 import { Analyzer, checkDocument, parseFieldList, parseSchema, projectFields, ShardIndex } from '../src/index/index.js';
-import { hashRange, TermTable } from '../src/index/term-table.js';
+import { exactKey, hashRange, TermTable } from '../src/index/term-table.js';
 
 const terms = (text: string, analyzer = new Analyzer()): string[] => analyzer.terms(text).terms;
 
@@ -22,16 +22,25 @@ describe('analyzer', () => {
     expect(terms('x'.repeat(300)).map((t) => t.length)).toEqual([255, 45]);
   });
 
-  it('hands each token over with the hash of exactly its characters', () => {
-    const seen: [string, number, number][] = [];
+  it('hands each token over with the hash and exact key of exactly its characters', () => {
+    const seen: { term: string; hash: number; key: number }[] = [];
     const sink = {
-      token(text: string, start: number, end: number, hash: number): void {
-        seen.push([text.slice(start, end), hash, hashRange(text, start, end)]);
+      token(text: string, start: number, end: number, hash: number, _position: number, key: number): void {
+        seen.push({ term: text.slice(start, end), hash, key });
       },
     };
-    new Analyzer().analyze(`Plain ascii42 Café 𝒜b𝒜 cafe\u0301 東京タワー naïve ${'y'.repeat(300)} 😀x a`, 0, sink);
-    expect(seen.map((t) => t[0])).toEqual(['plain', 'ascii42', 'café', '𝒜b𝒜', 'café', '東', '京', 'タワー', 'naïve', 'y'.repeat(255), 'y'.repeat(45), 'x', 'a']);
-    for (const [term, given, expected] of seen) expect(given, term).toBe(expected);
+    const text = `Plain ascii42 Café 𝒜b𝒜 cafe\u0301 東京タワー naïve ${'y'.repeat(300)} 😀x a z9 0123456789 01234567890 abcdefghij abcdefghijk`;
+    new Analyzer().analyze(text, 0, sink);
+    expect(seen.map((t) => t.term)).toEqual([
+      'plain', 'ascii42', 'café', '𝒜b𝒜', 'café', '東', '京', 'タワー', 'naïve', 'y'.repeat(255), 'y'.repeat(45), 'x', 'a', 'z9',
+      '0123456789', '01234567890', 'abcdefghij', 'abcdefghijk',
+    ]);
+    for (const t of seen) {
+      expect(t.hash, t.term).toBe(hashRange(t.term, 0, t.term.length));
+      expect(t.key, t.term).toBe(exactKey(t.term, 0, t.term.length));
+    }
+    // Keys exist exactly for 1-10 ASCII letters and digits.
+    expect(seen.filter((t) => t.key >= 0).map((t) => t.term)).toEqual(['plain', 'ascii42', 'x', 'a', 'z9', '0123456789', 'abcdefghij']);
   });
 
   it('drops stop words but keeps their positions', () => {
@@ -53,9 +62,9 @@ describe('term table', () => {
   it('finds terms by a range of a larger string, across growth and renumbering', () => {
     const table = new TermTable();
     const words = Array.from({ length: 5000 }, (_, i) => `w${i.toString(36)}`);
-    for (const w of words) expect(table.add(w, hashRange(w, 0, w.length))).toBe(table.size - 1);
+    for (const w of words) expect(table.add(w, hashRange(w, 0, w.length), exactKey(w, 0, w.length))).toBe(table.size - 1);
     const text = ` ${words[1234]} `;
-    expect(table.find(text, 1, text.length - 1, hashRange(text, 1, text.length - 1))).toBe(1234);
+    expect(table.find(text, 1, text.length - 1, hashRange(text, 1, text.length - 1), exactKey(text, 1, text.length - 1))).toBe(1234);
     expect(table.get('absent')).toBe(-1);
     // Keep every third term, renumbered in order.
     const keep = new Int32Array(words.length).fill(-1);
@@ -66,17 +75,34 @@ describe('term table', () => {
     for (let i = 0; i < words.length; i++) expect(table.get(words[i])).toBe(keep[i]);
   });
 
-  it('tells apart terms whose hashes collide, and terms of other scripts and lengths', () => {
+  it('tells apart terms whose hashes collide, keyed or not, of any script and length', () => {
     const table = new TermTable();
-    // Terms added with one forced hash: every lookup must compare the characters.
-    const same = ['abc', 'abd', 'ab', 'abcd', 'é', '𝒜', ''];
-    for (const t of same) table.add(t, 42);
-    for (let i = 0; i < same.length; i++) expect(table.find(` ${same[i]} `, 1, 1 + same[i].length, 42)).toBe(i);
-    expect(table.find('abe', 0, 3, 42)).toBe(-1);
-    // Past several rehashes (which rehash from the strings), real hashes find every term.
-    const many = Array.from({ length: 3000 }, (_, i) => `t${i}é𝒜`);
-    for (const t of many) table.add(t, hashRange(t, 0, t.length));
+    // Terms added with one forced hash: every lookup must compare keys or characters.
+    const same = ['abc', 'abd', 'ab', 'abcd', '0abc', 'abcdefghijk', 'abcdefghijl', 'ABC', 'a-b', 'é', '𝒜', ''];
+    const key = (t: string): number => exactKey(t, 0, t.length);
+    for (const t of same) table.add(t, 42, key(t));
+    for (let i = 0; i < same.length; i++) expect(table.find(` ${same[i]} `, 1, 1 + same[i].length, 42, key(same[i])), same[i]).toBe(i);
+    for (const absent of ['abe', 'abcdefghijm', 'ABD', 'b-b', 'è']) expect(table.find(absent, 0, absent.length, 42, key(absent)), absent).toBe(-1);
+    // Past several rehashes and a renumbering, real hashes find every term.
+    const many = Array.from({ length: 3000 }, (_, i) => (i % 2 === 0 ? `t${i}é𝒜` : `t${i}`));
+    for (const t of many) table.add(t, hashRange(t, 0, t.length), key(t));
     for (let i = 0; i < many.length; i++) expect(table.get(many[i])).toBe(same.length + i);
+    const keep = new Int32Array(table.size).fill(-1);
+    let next = 0;
+    for (let id = same.length; id < table.size; id += 2) keep[id] = next++;
+    table.retain(keep);
+    for (let i = 0; i < many.length; i++) expect(table.get(many[i]), many[i]).toBe(i % 2 === 0 ? i / 2 : -1);
+  });
+
+  it('keys exactly the strings of 1-10 lower-case ASCII letters and digits, each to its own number', () => {
+    expect(exactKey('', 0, 0)).toBe(-1);
+    expect(exactKey('a', 0, 1)).toBe(11);
+    expect(exactKey('0', 0, 1)).toBe(1);
+    expect(exactKey('zzzzzzzzzz', 0, 10)).toBeLessThan(Number.MAX_SAFE_INTEGER);
+    for (const bad of ['A', 'a b', 'é', 'abcdefghijk', 'a_b']) expect(exactKey(bad, 0, bad.length), bad).toBe(-1);
+    // Distinct strings (leading "zeros" included) get distinct keys.
+    const words = ['0', '00', '000', 'a', 'aa', '0a', 'a0', '9', 'z', 'z0', '10', '01'];
+    expect(new Set(words.map((w) => exactKey(w, 0, w.length))).size).toBe(words.length);
   });
 });
 

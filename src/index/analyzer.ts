@@ -9,7 +9,7 @@
 // takes its position, as in Lucene's StopFilter, so that a phrase does not match across the gap
 // with other words.
 
-import { FNV_BASIS, FNV_PRIME, hashRange, TermTable } from './term-table.js';
+import { exactKey, FNV_BASIS, FNV_PRIME, hashRange, KEY_BASE, keyDigit, MAX_KEY_LENGTH, TermTable } from './term-table.js';
 
 export const MAX_TOKEN_LENGTH = 255;
 
@@ -27,10 +27,11 @@ export interface AnalyzerOptions {
 
 /**
  * Receives the tokens of one field value, in order (the write path: no closure per document).
- * A token is text[start, end), with its hashRange() already computed: no substring is made.
+ * A token is text[start, end), with its hashRange() and exactKey() already computed: no
+ * substring is made.
  */
 export interface TokenSink {
-  token(text: string, start: number, end: number, hash: number, position: number): void;
+  token(text: string, start: number, end: number, hash: number, position: number, key: number): void;
 }
 
 /** Terms of a query string, with their positions relative to the first one. */
@@ -59,7 +60,8 @@ export class Analyzer {
       for (const w of words) {
         const n = normalize(w);
         const h = hashRange(n, 0, n.length);
-        if (table.find(n, 0, n.length, h) < 0) table.add(n, h);
+        const key = exactKey(n, 0, n.length);
+        if (table.find(n, 0, n.length, h, key) < 0) table.add(n, h, key);
       }
       this.stopWords = table;
     }
@@ -89,9 +91,11 @@ export class Analyzer {
         i += width;
         continue;
       }
-      // hashRange(s, i, end), folded into the scan: the token's characters are read once.
+      // hashRange(s, i, end) and exactKey(s, i, end), folded into the scan: the token's
+      // characters are read once.
       let hash = Math.imul(FNV_BASIS ^ c, FNV_PRIME);
       if (width === 2) hash = Math.imul(hash ^ s.charCodeAt(i + 1), FNV_PRIME);
+      let key = c < 0x80 ? keyDigit(c) : -1;
       let end = i + width;
       if (cls === CharClass.Word) {
         while (end < n && end - i < MAX_TOKEN_LENGTH) {
@@ -99,6 +103,7 @@ export class Analyzer {
           if (d < 0x80) {
             if ((d >= 0x61 && d <= 0x7a) || (d >= 0x30 && d <= 0x39)) {
               hash = Math.imul(hash ^ d, FNV_PRIME);
+              key = key >= 0 && end - i < MAX_KEY_LENGTH ? key * KEY_BASE + keyDigit(d) : -1;
               end++;
               continue;
             }
@@ -106,13 +111,14 @@ export class Analyzer {
           }
           if (classify(s, end) !== CharClass.Word) break;
           hash = Math.imul(hash ^ d, FNV_PRIME);
+          key = -1;
           if (d >= 0xd800 && d <= 0xdbff && end + 1 < n) {
             hash = Math.imul(hash ^ s.charCodeAt(end + 1), FNV_PRIME);
             end += 2;
           } else end++;
         }
       }
-      if (stop === null || stop.find(s, i, end, hash) < 0) sink.token(s, i, end, hash, pos);
+      if (stop === null || stop.find(s, i, end, hash, key) < 0) sink.token(s, i, end, hash, pos, key);
       pos++;
       i = end;
     }

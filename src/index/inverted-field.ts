@@ -19,7 +19,7 @@
 //     sumLength count live documents only, always, so statistics are exact at every moment.
 
 import type { TokenSink } from './analyzer.js';
-import { hashRange, TermTable } from './term-table.js';
+import { exactKey, hashRange, TermTable } from './term-table.js';
 
 /** Collects the term ids a document holds, per field, so that deleting it can undo them. */
 export interface ForwardSink {
@@ -135,13 +135,13 @@ export class InvertedField implements TokenSink {
 
   /** A whole value of a keyword field. */
   value(value: string): void {
-    this.token(value, 0, value.length, hashRange(value, 0, value.length), 0);
+    this.token(value, 0, value.length, hashRange(value, 0, value.length), 0, exactKey(value, 0, value.length));
   }
 
   /** A token of a text value (TokenSink): text[start, end). */
-  token(text: string, start: number, end: number, hash: number, position: number): void {
-    let id = this.dict.find(text, start, end, hash);
-    if (id < 0) id = this.newTerm(text, start, end, hash);
+  token(text: string, start: number, end: number, hash: number, position: number, key: number): void {
+    let id = this.dict.find(text, start, end, hash, key);
+    if (id < 0) id = this.newTerm(text, start, end, hash, key);
     let s: number;
     if (this.stamp[id] === this.generation) {
       s = this.localSlot[id];
@@ -469,7 +469,7 @@ export class InvertedField implements TokenSink {
 
   // ---- growth ----
 
-  private newTerm(text: string, start: number, end: number, hash: number): number {
+  private newTerm(text: string, start: number, end: number, hash: number, key: number): number {
     const id = this.termCount++;
     if (id === this.docFreq.length) {
       const cap = id * 2;
@@ -485,7 +485,7 @@ export class InvertedField implements TokenSink {
     // A copy, not a slice: V8 slices of 13+ characters keep the whole field value alive. A whole
     // value (a keyword) is the term itself.
     const term = start === 0 && end === text.length ? text : end - start >= 13 ? (' ' + text.slice(start, end)).slice(1) : text.slice(start, end);
-    this.dict.add(term, hash);
+    this.dict.add(term, hash, key);
     this.postings.push(new Int32Array(2));
     this.positions.push(this.withPositions ? new Int32Array(2) : EMPTY);
     return id;

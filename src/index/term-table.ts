@@ -8,6 +8,9 @@
 // place in the heap. So each slot holds the hash beside the id, and the characters of every term
 // are copied, in id order, into one dense pool that lookups compare against: a slot pair, one
 // offset and the characters, all in a few small typed arrays. The strings stay, for readers.
+// Most tokens are short runs of ASCII letters and digits; those also have an exact numeric key
+// (exactKey), which the analyzer computes while scanning, and a lookup then compares one number
+// instead of the characters (such terms are not copied to the pool at all).
 
 export const FNV_BASIS = 0x811c9dc5;
 export const FNV_PRIME = 0x01000193;
@@ -19,6 +22,30 @@ export function hashRange(text: string, start: number, end: number): number {
   return h;
 }
 
+/** Longest token with an exact numeric key: 37^10 < 2^53, so keys stay exact doubles. */
+export const MAX_KEY_LENGTH = 10;
+export const KEY_BASE = 37;
+
+/** The key digit of a lower-case ASCII letter or digit (1-36); 0 for any other code unit. */
+export function keyDigit(c: number): number {
+  return c >= 0x61 && c <= 0x7a ? c - 0x56 : c >= 0x30 && c <= 0x39 ? c - 0x2f : 0;
+}
+
+/**
+ * text[start, end) as one number when it is 1 to MAX_KEY_LENGTH lower-case ASCII letters and
+ * digits (base 37, digits 1-36: distinct strings get distinct keys), else -1.
+ */
+export function exactKey(text: string, start: number, end: number): number {
+  if (end <= start || end - start > MAX_KEY_LENGTH) return -1;
+  let key = 0;
+  for (let i = start; i < end; i++) {
+    const d = keyDigit(text.charCodeAt(i));
+    if (d === 0) return -1;
+    key = key * KEY_BASE + d;
+  }
+  return key;
+}
+
 export class TermTable {
   /** Term by id. */
   readonly terms: string[] = [];
@@ -28,13 +55,15 @@ export class TermTable {
   /** UTF-16 code units of every term, in id order: term id spans chars[starts[id], starts[id + 1]). */
   private chars = new Uint16Array(256);
   private starts = new Int32Array(17);
+  /** exactKey() of each term (-1: none; its characters are in the pool instead). */
+  private keys = new Float64Array(16);
 
   get size(): number {
     return this.terms.length;
   }
 
-  /** The id of text[start, end) (whose hash is `hash`), or -1. */
-  find(text: string, start: number, end: number, hash: number): number {
+  /** The id of text[start, end) (whose hashRange is `hash` and exactKey is `key`), or -1. */
+  find(text: string, start: number, end: number, hash: number, key: number): number {
     const len = end - start;
     const slots = this.slots;
     const mask = this.mask;
@@ -44,8 +73,10 @@ export class TermTable {
       if (s === 0) return -1;
       if (slots[2 * i + 1] === hash) {
         const id = s - 1;
-        const from = this.starts[id];
-        if (this.starts[id + 1] - from === len) {
+        if (key >= 0) {
+          if (this.keys[id] === key) return id;
+        } else if (this.keys[id] < 0 && this.starts[id + 1] - this.starts[id] === len) {
+          const from = this.starts[id];
           const chars = this.chars;
           let k = 0;
           while (k < len && chars[from + k] === text.charCodeAt(start + k)) k++;
@@ -57,14 +88,20 @@ export class TermTable {
   }
 
   get(term: string): number {
-    return this.find(term, 0, term.length, hashRange(term, 0, term.length));
+    return this.find(term, 0, term.length, hashRange(term, 0, term.length), exactKey(term, 0, term.length));
   }
 
-  /** Adds a term known to be absent; returns its id. */
-  add(term: string, hash: number): number {
+  /** Adds a term known to be absent (its hashRange and exactKey given); returns its id. */
+  add(term: string, hash: number, key: number): number {
     const id = this.terms.length;
     this.terms.push(term);
-    this.append(id, term);
+    if (id === this.keys.length) {
+      const keys = new Float64Array(id * 2);
+      keys.set(this.keys);
+      this.keys = keys;
+    }
+    this.keys[id] = key;
+    this.append(id, key < 0 ? term : '');
     if ((id + 1) * 2 > this.slots.length / 2) this.rehash(this.slots.length);
     this.place(id, hash);
     return id;
@@ -77,12 +114,13 @@ export class TermTable {
       const to = keep[id];
       if (to < 0) continue;
       this.terms[to] = this.terms[id];
+      this.keys[to] = this.keys[id];
       n++;
     }
     this.terms.length = n;
     this.chars = new Uint16Array(256);
     this.starts = new Int32Array(n + 1);
-    for (let id = 0; id < n; id++) this.append(id, this.terms[id]);
+    for (let id = 0; id < n; id++) this.append(id, this.keys[id] < 0 ? this.terms[id] : '');
     let cap = 32;
     while (n * 2 > cap) cap *= 2;
     this.slots = new Int32Array(cap * 2);
@@ -90,7 +128,7 @@ export class TermTable {
     for (let id = 0; id < n; id++) this.place(id, hashRange(this.terms[id], 0, this.terms[id].length));
   }
 
-  /** Copies the characters of term `id` (the newest) to the end of the pool. */
+  /** Copies the characters of term `id` (the newest; `term` is '' for a keyed term) to the end of the pool. */
   private append(id: number, term: string): void {
     if (id + 2 > this.starts.length) {
       const starts = new Int32Array(Math.max(id + 2, this.starts.length * 2));
