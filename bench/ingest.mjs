@@ -10,7 +10,7 @@ import { generateDocs } from '../dist/corpus.js';
 import { fmt, log, processCpuMs, ratio, startDevCluster } from './lib.mjs';
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, profile: undefined };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '');
     // --profile DIR: the dev cluster runs under `node --cpu-prof`, its profile written to DIR on exit.
@@ -41,6 +41,8 @@ async function rawLevel(batches) {
   return { ms, cpuUs: cpu.user + cpu.system };
 }
 
+// --runs N repeats baseline + cluster N times (a fresh cluster each time) and ends with the
+// median of each figure: on a small shared machine one run's rates move by 5-10%.
 export async function run(rest) {
   const a = args(rest);
   log(`generating ${fmt(a.docs)} docs ...`);
@@ -48,7 +50,34 @@ export async function run(rest) {
   const batches = [];
   for (let i = 0; i < docs.length; i += a.batch) batches.push(docs.slice(i, i + a.batch));
   const bodies = batches.map((b) => JSON.stringify(b));
+  const results = [];
+  for (let r = 1; r <= a.runs; r++) {
+    if (a.runs > 1) log(`-- run ${r} of ${a.runs}`);
+    results.push(await once(a, batches, bodies));
+  }
+  if (a.runs > 1) {
+    const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+    log('');
+    log(`runs (shardex docs/s, raw level docs/s, ratio, cluster CPU µs/doc): ${results.map((x) => `${fmt(x.rate)} / ${fmt(x.rawRate)} / ${ratio(x.rate, x.rawRate)} / ${fmt(x.cpuUsPerDoc)}`).join('; ')}`);
+    table(a, {
+      rate: median(results.map((x) => x.rate)),
+      rawRate: median(results.map((x) => x.rawRate)),
+      ratioMedian: median(results.map((x) => x.rate / x.rawRate)),
+      cpuUsPerDoc: median(results.map((x) => x.cpuUsPerDoc)),
+      rawCpuUsPerDoc: median(results.map((x) => x.rawCpuUsPerDoc)),
+    }, `median of ${a.runs} runs`);
+  }
+}
 
+function table(a, x, title) {
+  log('');
+  log(`| figure${title ? ` (${title})` : ''} | shardex (HTTP, 2 shards x 2 replicas) | raw level batches | ratio |`);
+  log(`|---|---|---|---|`);
+  log(`| ingest docs/s (${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight) | ${fmt(x.rate)} | ${fmt(x.rawRate)} | ${(x.ratioMedian ?? x.rate / x.rawRate).toFixed(2)} |`);
+  log(`| dev cluster CPU per doc (user + system, all its threads; both replicas' work) | ${fmt(x.cpuUsPerDoc)} µs | ${fmt(x.rawCpuUsPerDoc)} µs (this process, all threads) | ${ratio(x.cpuUsPerDoc, x.rawCpuUsPerDoc)} |`);
+}
+
+async function once(a, batches, bodies) {
   log('baseline: raw level batches (one store, log + doc per document) ...');
   const raw = await rawLevel(batches);
   const rawRate = a.docs / (raw.ms / 1000);
@@ -82,11 +111,9 @@ export async function run(rest) {
     const ms = performance.now() - t0;
     const rate = a.docs / (ms / 1000);
     const cpuUsPerDoc = ((processCpuMs(cluster.pid) - cpu0) * 1000) / a.docs;
-    log('');
-    log(`| figure | shardex (HTTP, 2 shards x 2 replicas) | raw level batches | ratio |`);
-    log(`|---|---|---|---|`);
-    log(`| ingest docs/s (${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight) | ${fmt(rate)} | ${fmt(rawRate)} | ${ratio(rate, rawRate)} |`);
-    log(`| dev cluster CPU per doc (user + system, all its threads; both replicas' work) | ${fmt(cpuUsPerDoc)} µs | ${fmt(raw.cpuUs / a.docs)} µs (this process, all threads) | ${ratio(cpuUsPerDoc, raw.cpuUs / a.docs)} |`);
+    const x = { rate, rawRate, cpuUsPerDoc, rawCpuUsPerDoc: raw.cpuUs / a.docs };
+    table(a, x);
+    return x;
   } finally {
     await cluster.stop();
     if (a.profile !== undefined) log(`CPU profile of the dev cluster written to ${resolve(a.profile)} (see: node bench/cpuprofile-top.mjs FILE)`);
