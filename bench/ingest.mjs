@@ -10,18 +10,20 @@ import { generateDocs } from '../dist/corpus.js';
 import { fmt, log, processCpuMs, ratio, startDevCluster } from './lib.mjs';
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined };
   for (let i = 0; i < rest.length; i += 2) {
-    const key = rest[i].replace(/^--/, '');
+    // --write-buffer-mb N: LevelDB's write buffer for the cluster's replicas AND the baseline store.
+    const key = rest[i].replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
+    if (!(key in a)) throw new Error(`unknown ingest flag ${rest[i]}; flags: ${Object.keys(a).map((k) => '--' + k.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())).join(', ')}`);
     // --profile DIR: the dev cluster runs under `node --cpu-prof`, its profile written to DIR on exit.
     a[key] = key === 'profile' ? rest[i + 1] : Number(rest[i + 1]);
   }
   return a;
 }
 
-async function rawLevel(batches) {
+async function rawLevel(batches, writeBufferMb) {
   const dir = await mkdtemp(join(tmpdir(), 'shardex-bench-level-'));
-  const db = new Level(dir, { valueEncoding: 'utf8' });
+  const db = new Level(dir, { valueEncoding: 'utf8', ...(writeBufferMb !== undefined && { writeBufferSize: writeBufferMb * 1024 * 1024 }) });
   await db.open();
   const c0 = process.cpuUsage();
   const t0 = performance.now();
@@ -71,7 +73,8 @@ export async function run(rest) {
 
 function table(a, x, title) {
   log('');
-  log(`| figure${title ? ` (${title})` : ''} | shardex (HTTP, 2 shards x 2 replicas) | raw level batches | ratio |`);
+  const buffer = a.writeBufferMb === undefined ? '' : `, LevelDB write buffer ${a.writeBufferMb} MiB in both`;
+  log(`| figure${title || buffer ? ` (${[title, buffer.slice(2)].filter(Boolean).join('; ')})` : ''} | shardex (HTTP, 2 shards x 2 replicas) | raw level batches | ratio |`);
   log(`|---|---|---|---|`);
   log(`| ingest docs/s (${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight) | ${fmt(x.rate)} | ${fmt(x.rawRate)} | ${(x.ratioMedian ?? x.rate / x.rawRate).toFixed(2)} |`);
   log(`| dev cluster CPU per doc (user + system, all its threads; both replicas' work) | ${fmt(x.cpuUsPerDoc)} µs | ${fmt(x.rawCpuUsPerDoc)} µs (this process, all threads) | ${ratio(x.cpuUsPerDoc, x.rawCpuUsPerDoc)} |`);
@@ -79,12 +82,13 @@ function table(a, x, title) {
 
 async function once(a, batches, bodies) {
   log('baseline: raw level batches (one store, log + doc per document) ...');
-  const raw = await rawLevel(batches);
+  const raw = await rawLevel(batches, a.writeBufferMb);
   const rawRate = a.docs / (raw.ms / 1000);
 
   log('starting dev cluster (3 nodes, 2 shards x 2 replicas) ...');
   const nodeArgs = a.profile === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', resolve(a.profile)];
-  const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2, nodeArgs });
+  const extra = a.writeBufferMb === undefined ? [] : ['--write-buffer-mb', String(a.writeBufferMb)];
+  const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2, nodeArgs, extra });
   try {
     const limit = pLimit(a.concurrency);
     let done = 0;

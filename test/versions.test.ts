@@ -1,7 +1,7 @@
 // Versions and fencing on one replica: the update processor's TOLEADER and FROMLEADER
 // phases over a real ReplicaStore (LevelDB in a temp dir), with a stub coordinator and a
 // stub distributor. Also what the store keeps across a reopen, and how it trims its log.
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -532,5 +532,32 @@ describe('ReplicaStore write failures', () => {
     expect(applied).toHaveLength(2);
     expect(await store.get('a')).toEqual({ id: 'a', version: 2, doc: { id: 'a', n: 2 } });
     expect(store.docCount).toBe(2);
+  });
+});
+
+describe('replica store write buffer', () => {
+  it('takes a LevelDB write buffer size, flushing to table files that much sooner, and loses nothing', async () => {
+    const path = join(dir, 'small-buffer');
+    // LevelDB's smallest write buffer (64 KiB); 2,000 documents of ~1 KiB go far past it, so
+    // memtables are written to table files while the store is open (the default 4 MiB would not).
+    const store = await ReplicaStore.open(path, { writeBufferSize: 64 * 1024 });
+    stores.push(store);
+    const body = 'x'.repeat(1000);
+    for (let b = 0; b < 20; b++) {
+      await store.apply(Array.from({ length: 100 }, (_, i) => ({ id: `d${b * 100 + i}`, version: 1 + b * 100 + i, doc: { id: `d${b * 100 + i}`, body } })));
+    }
+    let tables: string[] = [];
+    for (let i = 0; i < 100 && tables.length === 0; i++) {
+      tables = (await readdir(path)).filter((f) => f.endsWith('.ldb') || f.endsWith('.sst'));
+      if (tables.length === 0) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(tables.length).toBeGreaterThan(0);
+    await store.close();
+    stores.splice(stores.indexOf(store), 1);
+    const again = await ReplicaStore.open(path, {});
+    stores.push(again);
+    expect(again.docCount).toBe(2000);
+    expect(again.maxVersion).toBe(2000);
+    expect((await again.get('d1234'))?.doc).toEqual({ id: 'd1234', body });
   });
 });

@@ -27,6 +27,11 @@ function routerArg(v: string): 'compositeId' | 'hash' {
   }
 }
 
+/** LevelDB's write buffer per replica: `shardex node` and `shardex dev` take it alike. */
+const WRITE_BUFFER_FLAG = '--write-buffer-mb <mib>';
+const WRITE_BUFFER_HELP = "LevelDB write buffer per replica in MiB (default LevelDB's 4; larger: less compaction per write, more memory)";
+const writeBufferArg = intArg('--write-buffer-mb', 1, 1024);
+
 const program = new Command('shardex')
   .description('Shardex: a sharded, replicated document index')
   .exitOverride()
@@ -63,7 +68,8 @@ program
   .option('--shards <n>', 'shards of the "docs" collection created at start', intArg('--shards', 1, 256), 2)
   .option('--replicas <n>', 'replication factor of "docs"', intArg('--replicas', 1, 32), 2)
   .option('--readers <n>', 'snapshot readers to start (default group)', intArg('--readers', 0, 32), 0)
-  .action(async (o: { nodes: number; port: number; data: string; shards: number; replicas: number; readers: number }) => {
+  .option(WRITE_BUFFER_FLAG, WRITE_BUFFER_HELP, writeBufferArg)
+  .action(async (o: { nodes: number; port: number; data: string; shards: number; replicas: number; readers: number; writeBufferMb?: number }) => {
     const dataDir = resolve(o.data);
     const logFile = resolve(dataDir, 'shardex.log');
     const logger = createLogger({ file: logFile });
@@ -76,6 +82,7 @@ program
       logFile,
       logger,
       snapshotExpiryMs: 5000,
+      ...(o.writeBufferMb !== undefined && { writeBufferMb: o.writeBufferMb }),
       collection: { name: 'docs', numShards: o.shards, replicationFactor: Math.min(o.replicas, o.nodes), router: 'compositeId', autoCommitMs: 15_000 },
     });
     const shutdown = async (): Promise<void> => {
@@ -121,6 +128,7 @@ function clusterProcess(name: string, description: string, what: string, default
 
 clusterProcess('node', 'start one node of a cluster coordinated by ZooKeeper', 'node', { port: 8983, data: './data' })
   .option('--log-retention <n>', 'update-log entries kept per shard for peer sync', intArg('--log-retention', 100, 100_000_000), 100_000)
+  .option(WRITE_BUFFER_FLAG, WRITE_BUFFER_HELP, writeBufferArg)
   .action(async (o: RunNodeOptions) => {
     await runNode(o);
   });

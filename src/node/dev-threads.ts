@@ -21,6 +21,8 @@ export interface ThreadedDevClusterOptions {
   readonly host?: string;
   readonly collection?: CollectionSpec;
   readonly snapshotExpiryMs?: number;
+  /** LevelDB write buffer per replica, MiB (default LevelDB's 4). */
+  readonly writeBufferMb?: number;
 }
 
 interface Member {
@@ -66,6 +68,7 @@ export class ThreadedDevCluster {
       dataDir: join(this.o.dataDir, name),
       logFile: this.o.logFile,
       ...(this.o.snapshotExpiryMs !== undefined && { snapshotExpiryMs: this.o.snapshotExpiryMs }),
+      ...(this.o.writeBufferMb !== undefined && { writeBufferMb: this.o.writeBufferMb }),
       port: port2,
     };
     // A larger young generation: ingest allocates many short-lived objects per document, and

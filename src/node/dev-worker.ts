@@ -16,6 +16,7 @@ export interface DevWorkerData {
   readonly dataDir: string;
   readonly logFile: string;
   readonly snapshotExpiryMs?: number;
+  readonly writeBufferMb?: number;
   readonly port: MessagePort;
 }
 
@@ -29,7 +30,7 @@ async function main(): Promise<void> {
   const common = { name: d.name, host: d.host, httpPort: d.httpPort, grpcPort: d.grpcPort, dataDir: d.dataDir, coordinator, logger };
   const server =
     d.kind === 'node'
-      ? new ShardexNode(common)
+      ? new ShardexNode({ ...common, ...(d.writeBufferMb !== undefined && { writeBufferMb: d.writeBufferMb }) })
       : new SnapshotReader({ ...common, ...(d.snapshotExpiryMs !== undefined && { snapshotExpiryMs: d.snapshotExpiryMs }) });
   parent.on('message', (m: { type: string }) => {
     if (m.type !== 'stop') return;

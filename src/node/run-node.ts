@@ -23,6 +23,7 @@ export interface ProcessOptions {
 
 export interface RunNodeOptions extends ProcessOptions {
   readonly logRetention?: number;
+  readonly writeBufferMb?: number;
 }
 
 export interface RunReaderOptions extends ProcessOptions {
@@ -84,6 +85,7 @@ export function runNode(o: RunNodeOptions): Promise<ShardexNode> {
       ...ctx,
       httpPort: o.port,
       ...(o.logRetention !== undefined && { logRetention: o.logRetention }),
+      ...(o.writeBufferMb !== undefined && { writeBufferMb: o.writeBufferMb }),
     }),
   );
 }

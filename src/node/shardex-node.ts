@@ -41,6 +41,8 @@ export interface ShardexNodeOptions {
   readonly forwardRetries?: number;
   readonly replicaRetries?: number;
   readonly logRetention?: number;
+  /** LevelDB write buffer per replica, MiB (default LevelDB's 4). */
+  readonly writeBufferMb?: number;
   readonly callTimeoutMs?: number;
   /** Scan-server selector profiles (Accumulo's JSON); default: Accumulo's default profile. */
   readonly selectorProfiles?: unknown;
@@ -246,6 +248,7 @@ export class ShardexNode {
     const p = (async () => {
       const store = await ReplicaStore.open(this.replicaDir(collection, shard), {
         ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
+        ...(this.o.writeBufferMb !== undefined && { writeBufferSize: this.o.writeBufferMb * 1024 * 1024 }),
       });
       const replica = new ShardReplica(collection, shard, store, this.log);
       // The index lives in memory: rebuild it from the stored documents before serving.

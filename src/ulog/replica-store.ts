@@ -25,6 +25,11 @@ export interface CommitPoint {
 export interface ReplicaStoreOptions {
   /** Update-log entries kept for peer sync; older ones are trimmed. */
   readonly logRetention?: number;
+  /**
+   * LevelDB's write buffer (memtable) in bytes; default LevelDB's 4 MiB. A larger buffer means
+   * fewer, larger flushes and less compaction per write, for that much more memory per replica.
+   */
+  readonly writeBufferSize?: number;
 }
 
 const LOG = 'l';
@@ -71,7 +76,10 @@ export class ReplicaStore {
 
   /** Opens (creating if needed) the store in `dir` and loads its version map. */
   static async open(dir: string, opts: ReplicaStoreOptions = {}): Promise<ReplicaStore> {
-    const db = new Level<string, string>(dir, { valueEncoding: 'utf8' });
+    const db = new Level<string, string>(dir, {
+      valueEncoding: 'utf8',
+      ...(opts.writeBufferSize !== undefined && { writeBufferSize: opts.writeBufferSize }),
+    });
     await db.open();
     const store = new ReplicaStore(db, opts.logRetention ?? 100_000);
     await store.load();
