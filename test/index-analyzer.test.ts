@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ShardexError } from '../src/errors.js';
 import { Analyzer, checkDocument, parseFieldList, parseSchema, projectFields, ShardIndex } from '../src/index/index.js';
 import { exactKey, hashRange, TermTable } from '../src/index/term-table.js';
+import { detectDate } from '../src/index/values.js';
 
 const terms = (text: string, analyzer = new Analyzer()): string[] => analyzer.terms(text).terms;
 
@@ -198,6 +199,49 @@ describe('documents', () => {
     expect(ix.search({ q: 'note.keyword:*' }).hits.map((h) => h.id)).toEqual([]);
     expect(ix.search({ q: 'tags.keyword:short' }).hits.map((h) => h.id)).toEqual(['a']);
     expect(ix.search({ sort: 'tags.keyword desc' }).hits[0].sortValues).toEqual(['short']);
+  });
+
+  it('indexes undeclared ISO 8601 date strings as dates, as Elasticsearch date detection does', () => {
+    const ix = new ShardIndex(schema);
+    ix.add('jan', { seen: '2024-01-15T10:00:00Z' });
+    ix.add('feb', { seen: '2024-02-01' });
+    ix.add('jul', { seen: '2024-07-14T15:42:28.773+02:00' });
+    ix.add('list', { seen: ['2023-12-31T23:59:59.999Z', 'not a date'] });
+    // Not dates: other layouts, impossible days, and non-strings stay what they were.
+    ix.add('text', { seen: '2024-1-5' });
+    ix.add('slash', { seen: '2024/01/15' });
+    ix.add('bad', { seen: '2024-02-30' });
+    ix.add('space', { seen: '2024-01-15 10:00' });
+    const ids = (q: string, sort?: string): string[] => ix.search({ q, limit: 100, ...(sort && { sort }) }).hits.map((h) => h.id);
+    // Sorted as instants (the +02:00 one is 13:42 UTC), newest first; the strings have no date.
+    expect(ix.search({ q: 'seen:*', sort: 'seen desc', limit: 4 }).hits.map((h) => [h.id, h.sortValues[0]])).toEqual([
+      ['jul', Date.UTC(2024, 6, 14, 13, 42, 28, 773)],
+      ['feb', Date.UTC(2024, 1, 1)],
+      ['jan', Date.UTC(2024, 0, 15, 10)],
+      ['list', Date.UTC(2023, 11, 31, 23, 59, 59, 999)],
+    ]);
+    // Date bounds match the dates as instants and the other strings as strings ('space' sorts between).
+    expect(ids('seen:[2024-01-01 TO 2024-02-01]').sort()).toEqual(['feb', 'jan', 'space']);
+    expect(ids('seen:[2024-01-01 TO 2024-02-01}').sort()).toEqual(['jan', 'space']);
+    expect(ids('seen:2024-01-15T12:00:00+02:00')).toEqual(['jan']);
+    expect(ids('seen:[* TO 2024-01-01]')).toEqual(['list']);
+    // A date is indexed once, as a date: not as words, not as an exact string.
+    expect(ids('seen:2024').sort()).toEqual(['bad', 'slash', 'space', 'text']);
+    expect(ids('seen.keyword:*').sort()).toEqual(['bad', 'list', 'slash', 'space', 'text']);
+    expect(ids('seen:date')).toEqual(['list']);
+    expect(ids('seen:2024 AND seen:1 AND seen:5')).toEqual(['text']);
+    // String bounds still compare the strings that are not dates.
+    expect(ids('seen.keyword:[2024-01-01 TO 2024-12-31]').sort()).toEqual(['bad', 'space', 'text']);
+    expect(ids('seen:[2024-02-01 TO 2024-03-01]').sort()).toEqual(['bad', 'feb']);
+  });
+
+  it('detects only strict ISO 8601 dates and date-times', () => {
+    for (const yes of ['2024-01-15', '2024-01-15T10:00', '2024-01-15T10:00:00', '2024-01-15T10:00:00.1Z', '2024-01-15T10:00:00.123456789-0530', '2024-02-29']) {
+      expect(detectDate(yes), yes).not.toBeNaN();
+    }
+    for (const no of ['', '2024', '2024-01', '2024-1-15', '2024/01/15', '2024-01-15 10:00', '2024-13-01', '2023-02-29', '+2024-01-15', '2024-01-15T25:00', 'x2024-01-15', '2024-01-15T10:00:00Zjunk', 'shipol ka neru kashikalo']) {
+      expect(detectDate(no), no).toBeNaN();
+    }
   });
 
   it('projects stored fields, id first and reserved keys left out', () => {

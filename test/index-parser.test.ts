@@ -156,6 +156,14 @@ describe('query grammar', () => {
     expect(parse('rating:4')).toEqual(bool([], [term('rating', '4'), numRange('rating', 4, 4)]));
   });
 
+  it('matches an undeclared field as a date (epoch ms) too when the value is one', () => {
+    const ms = Date.UTC(2024, 2, 1, 10);
+    expect(parse('seen:2024-03-01T10:00:00Z')).toEqual(bool([], [parse('seen:"2024 03 01t10 00 00z"'), numRange('seen', ms, ms)]));
+    const range = parse('seen:[2024-03-01T10:00:00Z TO *]') as { kind: string; should: Query[] };
+    expect(range.kind).toBe('bool');
+    expect(range.should[0]).toEqual(numRange('seen', ms, null));
+  });
+
   it('reads id:value as a lookup by id', () => {
     expect(parse('id:doc-1')).toEqual({ kind: 'ids', ids: ['doc-1'], boost: 1 });
   });

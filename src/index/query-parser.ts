@@ -388,7 +388,8 @@ class QueryParser {
         }
         if (prefix) return { kind: 'prefix', field: f.name, prefix: analyzer.normalizePrefix(text), boost: 1 };
         const textQuery = textClause(f.name, analyzer.terms(text));
-        const n = parseNumber(text.trim());
+        // A number, or a date (which an undeclared field indexes as its epoch ms: detectDate).
+        const n = dynamicValue(text.trim());
         if (Number.isNaN(n)) return textQuery;
         return makeBool([
           { occur: 'should', node: textQuery },
@@ -426,8 +427,15 @@ class QueryParser {
         const lo = lower === null ? null : parseNumber(lower);
         const hi = upper === null ? null : parseNumber(upper);
         if ((lo === null || !Number.isNaN(lo)) && (hi === null || !Number.isNaN(hi))) return numberRange(f.name, lo, hi, incL, incU);
-        // Non-numeric bounds on an undeclared field compare its strings.
-        return keywordRange(`${f.name}.keyword`, lower, upper, incL, incU);
+        const strings = keywordRange(`${f.name}.keyword`, lower, upper, incL, incU);
+        // Date bounds also match the field's dates (indexed as epoch ms); other strings compare as strings.
+        const loDate = lower === null ? null : parseDate(lower);
+        const hiDate = upper === null ? null : parseDate(upper);
+        if ((loDate !== null && Number.isNaN(loDate)) || (hiDate !== null && Number.isNaN(hiDate))) return strings;
+        return makeBool([
+          { occur: 'should', node: numberRange(f.name, loDate, hiDate, incL, incU) },
+          { occur: 'should', node: strings },
+        ]);
       }
       case 'declared': {
         const { name, type } = f.def;
@@ -443,6 +451,12 @@ class QueryParser {
       }
     }
   }
+}
+
+/** A query value as an undeclared field's numbers hold it: a number, or a date's epoch ms; else NaN. */
+function dynamicValue(text: string): number {
+  const n = parseNumber(text);
+  return Number.isNaN(n) ? parseDate(text) : n;
 }
 
 function keywordValue(key: string, text: string, prefix: boolean, all: boolean): Query {

@@ -21,7 +21,7 @@ import { KEYWORD_SUFFIX, RESERVED_DOC_KEYS, type CollectionSchema } from './sche
 import { compareIds, parseSort, type SortKey, type SortSpec, type SortValue } from './sort.js';
 import { selectTop, type SortColumn } from './top-hits.js';
 import { StatsLookup, type FieldStats, type IndexStats, type SortFieldStats, type TermStats } from './stats.js';
-import { toDate, toNumber } from './values.js';
+import { detectDate, toDate, toNumber } from './values.js';
 
 /** Position gap between the values of a multi-valued text field (Solr's positionIncrementGap). */
 export const POSITION_GAP = 100;
@@ -332,14 +332,16 @@ export class ShardIndex implements IndexView, ForwardSink {
   }
 
   /**
-   * An undeclared field: strings (and booleans) to text `f` and, up to DYNAMIC_KEYWORD_MAX_LENGTH
-   * characters, to keyword `f.keyword`; numbers to number `f`.
+   * An undeclared field: numbers, and strings that are ISO 8601 dates (as epoch ms: detectDate,
+   * Elasticsearch's date detection), to number `f`; other strings (and booleans) to text `f` and,
+   * up to DYNAMIC_KEYWORD_MAX_LENGTH characters, to keyword `f.keyword`.
    */
   private indexDynamic(plan: FieldPlan & { kind: 'dynamic' }, d: number, v: unknown): void {
     if (!Array.isArray(v)) {
-      if (typeof v === 'number') {
+      const n = dynamicNumber(v);
+      if (!Number.isNaN(n)) {
         plan.number ??= this.newNumeric(plan.name);
-        this.setNumbers(plan.number, d, this.pushNumber(0, v));
+        this.setNumbers(plan.number, d, this.pushNumber(0, n));
         return;
       }
       const s = stringOf(v);
@@ -360,7 +362,8 @@ export class ShardIndex implements IndexView, ForwardSink {
     let n = 0;
     for (const item of v) {
       if (item === null || item === undefined) continue;
-      if (typeof item === 'number') n = this.pushNumber(n, item);
+      const num = dynamicNumber(item);
+      if (!Number.isNaN(num)) n = this.pushNumber(n, num);
       else {
         strings++;
         if (stringOf(item).length <= DYNAMIC_KEYWORD_MAX_LENGTH) short++;
@@ -373,7 +376,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       kw?.beginDoc();
       let pos = 0;
       for (const item of v) {
-        if (item === null || item === undefined || typeof item === 'number') continue;
+        if (item === null || item === undefined || !Number.isNaN(dynamicNumber(item))) continue;
         const s = stringOf(item);
         pos = this.analyzer.analyze(s, pos, text) + POSITION_GAP;
         if (kw !== null && s.length <= DYNAMIC_KEYWORD_MAX_LENGTH) kw.value(s);
@@ -666,6 +669,11 @@ export class ShardIndex implements IndexView, ForwardSink {
       }
     }
   }
+}
+
+/** The number an undeclared field's value indexes as (a number, or a date string's epoch ms), or NaN. */
+function dynamicNumber(v: unknown): number {
+  return typeof v === 'number' ? v : typeof v === 'string' ? detectDate(v) : NaN;
 }
 
 function stringOf(v: unknown): string {

@@ -35,6 +35,19 @@ export function parseDate(text: string): number {
   return Number.isFinite(t) ? t : NaN;
 }
 
+/**
+ * Elasticsearch's date detection for undeclared fields (its default dynamic format,
+ * strict_date_optional_time): a string that is a date (yyyy-MM-dd) or a date-time
+ * (yyyy-MM-ddTHH:mm[:ss[.fraction]][zone]) is a date, as epoch milliseconds; anything else is
+ * NaN (and stays text). Cheap for ordinary strings: most fail on the length or the first dash.
+ */
+export function detectDate(text: string): number {
+  if (text.length < 10 || text.length > 35 || text.charCodeAt(4) !== 0x2d || !DETECT_RE.test(text)) return NaN;
+  return parseDate(text);
+}
+
+const DETECT_RE = /^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/;
+
 function daysInMonth(year: number, month: number): number {
   if (month === 2) return (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0 ? 29 : 28;
   return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
