@@ -224,6 +224,8 @@ describe('documents', () => {
     expect(ids('seen:[2024-01-01 TO 2024-02-01]').sort()).toEqual(['feb', 'jan', 'space']);
     expect(ids('seen:[2024-01-01 TO 2024-02-01}').sort()).toEqual(['jan', 'space']);
     expect(ids('seen:2024-01-15T12:00:00+02:00')).toEqual(['jan']);
+    // A query value in a form the index does not take for a date is only words, as that form is.
+    expect(ids('seen:"2024-01-15 10:00"')).toEqual(['space']);
     expect(ids('seen:[* TO 2024-01-01]')).toEqual(['list']);
     // A date is indexed once, as a date: not as words, not as an exact string.
     expect(ids('seen:2024').sort()).toEqual(['bad', 'slash', 'space', 'text']);

@@ -50,6 +50,7 @@ describe('update ops on the wire', () => {
     ['a header that is not an array', frame({ a: 1 }), /not an array/],
     ['an entry that is not [id, version, length]', frame([[1, 1, 2]], '{}'), /entry 0/],
     ['a fractional length', frame([['a', 1, 1.5]], '{}'), /entry 0/],
+    ['a negative length other than -1 (a delete)', frame([['a', 1, -2]]), /entry 0/],
     ['a text running past the end', frame([['a', 1, 10]], '{}'), /runs past the end/],
     ['a document that is not JSON', frame([['a', 1, 2]], '{x'), /'a' is not JSON/],
     ['a document that is not an object', frame([['a', 1, 2]], '[]'), /'a' is not an object/],

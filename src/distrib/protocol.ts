@@ -78,7 +78,7 @@ export function decodeOps(bytes: Buffer | undefined): WireOp[] {
   let at = nl + 1;
   for (let i = 0; i < header.length; i++) {
     const h: unknown = header[i];
-    if (!Array.isArray(h) || typeof h[0] !== 'string' || (h[1] !== null && typeof h[1] !== 'number') || !Number.isInteger(h[2])) {
+    if (!Array.isArray(h) || typeof h[0] !== 'string' || (h[1] !== null && typeof h[1] !== 'number') || !Number.isInteger(h[2]) || (h[2] as number) < -1) {
       throw bad(`entry ${i} is not [id, version, length]`);
     }
     const [id, v, len] = h as [string, number | null, number];

@@ -82,23 +82,23 @@ export class InvertedField implements TokenSink {
   private posValue = new Int32Array(256);
   private tokens = 0;
 
-  // ---- entries waiting for flush(), in document order ----
+  // ---- entries waiting for flush(), in document order (scratch: small until used, see trim()) ----
   private nPending = 0;
-  private pendTerm = new Int32Array(256);
-  private pendDoc = new Int32Array(256);
-  private pendTf = new Int32Array(256);
-  /** Start of each entry's positions in pendPos (text fields). */
-  private pendPosStart = new Int32Array(256);
+  private pendTerm = EMPTY;
+  private pendDoc = EMPTY;
+  private pendTf = EMPTY;
+  /** Start of each entry's positions in pendPos (text fields only). */
+  private pendPosStart = EMPTY;
   private nPendPos = 0;
-  private pendPos = new Int32Array(1024);
+  private pendPos = EMPTY;
   /** Per term: its pending entries (then, in flush, the end of its run in `order`). */
   private termPending = new Int32Array(16);
   /** Per term: positions of its pending entries. */
   private termPendingPos = new Int32Array(16);
   /** Terms with pending entries, in order of first appearance. */
-  private touched = new Int32Array(64);
+  private touched = new Int32Array(16);
   private nTouched = 0;
-  private order = new Int32Array(256);
+  private order = EMPTY;
 
   constructor(
     readonly key: string,
@@ -184,7 +184,7 @@ export class InvertedField implements TokenSink {
     forward.beginField(this.slot, n);
     if (this.nPending + n > this.pendTerm.length) this.growPending(this.nPending + n);
     if (this.withPositions && this.nPendPos + this.tokens > this.pendPos.length) {
-      this.pendPos = grow(this.pendPos, Math.max(this.pendPos.length * 2, this.nPendPos + this.tokens));
+      this.pendPos = grow(this.pendPos, Math.max(this.pendPos.length * 2, this.nPendPos + this.tokens, 256));
     }
     let minId = -1;
     let maxId = -1;
@@ -220,11 +220,6 @@ export class InvertedField implements TokenSink {
       this.maxValue[doc] = maxId;
     }
     if (e >= MAX_PENDING) this.flush();
-  }
-
-  /** Whether entries wait for flush(): postings do not show them yet. */
-  get pending(): boolean {
-    return this.nPending > 0;
   }
 
   /** Appends the pending entries to the postings, term by term (documents stay in increasing order). */
@@ -419,6 +414,7 @@ export class InvertedField implements TokenSink {
   /** Gives back the spare capacity of postings arrays (up to half of them after growing by doubling). */
   trim(): void {
     this.flush();
+    this.releaseScratch();
     for (let id = 0; id < this.termCount; id++) {
       const len = this.postingsLength[id];
       if (this.postings[id].length > len + 2) this.postings[id] = this.postings[id].slice(0, Math.max(2, len));
@@ -482,8 +478,8 @@ export class InvertedField implements TokenSink {
       this.termPending = grow(this.termPending, cap);
       this.termPendingPos = grow(this.termPendingPos, cap);
     }
-    // A copy, not a slice: V8 slices of 13+ characters keep the whole field value alive. A whole
-    // value (a keyword) is the term itself.
+    // A copy, not a slice: V8 slices of 13+ characters keep the whole field value alive. A token
+    // that is the whole value (a keyword value, or a one-word text) is that string itself.
     const term = start === 0 && end === text.length ? text : end - start >= 13 ? (' ' + text.slice(start, end)).slice(1) : text.slice(start, end);
     this.dict.add(term, hash, key);
     this.postings.push(new Int32Array(2));
@@ -500,11 +496,17 @@ export class InvertedField implements TokenSink {
   }
 
   private growPending(min: number): void {
-    const cap = Math.max(min, this.pendTerm.length * 2);
+    const cap = Math.max(min, this.pendTerm.length * 2, 64);
     this.pendTerm = grow(this.pendTerm, cap);
     this.pendDoc = grow(this.pendDoc, cap);
     this.pendTf = grow(this.pendTf, cap);
-    this.pendPosStart = grow(this.pendPosStart, cap);
+    if (this.withPositions) this.pendPosStart = grow(this.pendPosStart, cap);
+  }
+
+  /** Drops the flush scratch (empty after a flush), which a bulk load may have grown large. */
+  private releaseScratch(): void {
+    this.pendTerm = this.pendDoc = this.pendTf = this.pendPosStart = this.pendPos = this.order = EMPTY;
+    this.touched = new Int32Array(16);
   }
 
   private growDocs(doc: number): void {

@@ -20,7 +20,7 @@ import { ShardexError } from '../errors.js';
 import type { AnalyzedText } from './analyzer.js';
 import { MATCH_ALL, MATCH_NONE, withBoost, type Query } from './query.js';
 import { resolveField, type CollectionSchema, type QueryField } from './schema.js';
-import { parseDate, parseNumber } from './values.js';
+import { detectDate, parseDate, parseNumber } from './values.js';
 
 export interface ParseOptions {
   /** Operator between clauses written side by side (default 'OR', as Solr's q.op). */
@@ -429,8 +429,8 @@ class QueryParser {
         if ((lo === null || !Number.isNaN(lo)) && (hi === null || !Number.isNaN(hi))) return numberRange(f.name, lo, hi, incL, incU);
         const strings = keywordRange(`${f.name}.keyword`, lower, upper, incL, incU);
         // Date bounds also match the field's dates (indexed as epoch ms); other strings compare as strings.
-        const loDate = lower === null ? null : parseDate(lower);
-        const hiDate = upper === null ? null : parseDate(upper);
+        const loDate = lower === null ? null : detectDate(lower);
+        const hiDate = upper === null ? null : detectDate(upper);
         if ((loDate !== null && Number.isNaN(loDate)) || (hiDate !== null && Number.isNaN(hiDate))) return strings;
         return makeBool([
           { occur: 'should', node: numberRange(f.name, loDate, hiDate, incL, incU) },
@@ -453,10 +453,13 @@ class QueryParser {
   }
 }
 
-/** A query value as an undeclared field's numbers hold it: a number, or a date's epoch ms; else NaN. */
+/**
+ * A query value as an undeclared field's numbers hold it: a number, or the epoch ms of a date in
+ * the form the index detects (detectDate: a string it did not take for a date is text); else NaN.
+ */
 function dynamicValue(text: string): number {
   const n = parseNumber(text);
-  return Number.isNaN(n) ? parseDate(text) : n;
+  return Number.isNaN(n) ? detectDate(text) : n;
 }
 
 function keywordValue(key: string, text: string, prefix: boolean, all: boolean): Query {

@@ -15,6 +15,11 @@
 //     by string use `f.keyword:"Exact Value"`.
 //   - a number is indexed as a number under `f`: `f:[1 TO 5]`, `sort=f asc`; `f:5` matches the
 //     number 5 as well as the text token "5".
+//   - a string that is a strict ISO 8601 date or date-time (ES's date detection, its default
+//     strict_date_optional_time) is indexed as a date: its epoch ms among `f`'s numbers, and not
+//     as text or keyword. `f:2024-07-14`, `f:[2024-01-01 TO 2024-02-01]` and `sort=f desc` match
+//     and sort it as an instant. Dates and numbers share `f`'s numbers, so an open-ended date
+//     range (`f:[* TO 2024-01-01]`) also matches plain numbers below that instant's epoch ms.
 // Field names ending in `.keyword` are therefore reserved, as are `id` (the document id, queried
 // with `id:value`) and `score`.
 

@@ -111,8 +111,8 @@ export class ShardIndex implements IndexView, ForwardSink {
   // write-path scratch
   private fwd = new Int32Array(256);
   private fwdLen = 0;
-  /** Where keepForward() puts documents' forward entries. */
-  private chunk = new Int32Array(FORWARD_CHUNK);
+  /** Where keepForward() puts documents' forward entries (grows from 1 Ki to FORWARD_CHUNK entries). */
+  private chunk = EMPTY_FORWARD;
   private chunkUsed = 0;
   /** Some field may hold pending postings. */
   private unflushed = false;
@@ -142,7 +142,6 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   // ---- write path ----
 
-  /** Indexes `doc` under `id`, replacing any earlier version; a bad document changes nothing. */
   /**
    * Adds (doc) and deletes (doc null) in order, as add() and delete() one by one would (the
    * replica's path: one call per applied request). A bad document throws, leaving the ones
@@ -212,7 +211,8 @@ export class ShardIndex implements IndexView, ForwardSink {
     if (n === 0) return EMPTY_FORWARD;
     if (n > FORWARD_CHUNK >> 4) return fwd.slice(0, n);
     if (this.chunkUsed + n > this.chunk.length) {
-      this.chunk = new Int32Array(FORWARD_CHUNK);
+      // A full chunk stays alive through its documents' views; the next one is twice as large.
+      this.chunk = new Int32Array(Math.min(FORWARD_CHUNK, Math.max(1024, this.chunk.length * 2)));
       this.chunkUsed = 0;
     }
     const chunk = this.chunk;
@@ -253,7 +253,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       this.idToDoc.set(id, nd);
     }
     // Re-pack, so that chunks holding mostly deleted documents' entries can be collected.
-    this.chunk = new Int32Array(FORWARD_CHUNK);
+    this.chunk = EMPTY_FORWARD;
     this.chunkUsed = 0;
     for (let d = 0; d < n; d++) {
       const fwd = this.forward[d] as Int32Array;
@@ -357,7 +357,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       }
       return;
     }
-    let strings = 0;
+    const strings: string[] = [];
     let short = 0;
     let n = 0;
     for (const item of v) {
@@ -365,19 +365,18 @@ export class ShardIndex implements IndexView, ForwardSink {
       const num = dynamicNumber(item);
       if (!Number.isNaN(num)) n = this.pushNumber(n, num);
       else {
-        strings++;
-        if (stringOf(item).length <= DYNAMIC_KEYWORD_MAX_LENGTH) short++;
+        const s = stringOf(item);
+        strings.push(s);
+        if (s.length <= DYNAMIC_KEYWORD_MAX_LENGTH) short++;
       }
     }
-    if (strings > 0) {
+    if (strings.length > 0) {
       const text = (plan.text ??= this.newInverted(plan.name, true));
       const kw = short > 0 ? (plan.keyword ??= this.newInverted(plan.name + KEYWORD_SUFFIX, false)) : null;
       text.beginDoc();
       kw?.beginDoc();
       let pos = 0;
-      for (const item of v) {
-        if (item === null || item === undefined || !Number.isNaN(dynamicNumber(item))) continue;
-        const s = stringOf(item);
+      for (const s of strings) {
         pos = this.analyzer.analyze(s, pos, text) + POSITION_GAP;
         if (kw !== null && s.length <= DYNAMIC_KEYWORD_MAX_LENGTH) kw.value(s);
       }

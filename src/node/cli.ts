@@ -29,8 +29,8 @@ function routerArg(v: string): 'compositeId' | 'hash' {
 
 /** LevelDB's write buffer per replica: `shardex node` and `shardex dev` take it alike. */
 const WRITE_BUFFER_FLAG = '--write-buffer-mb <mib>';
-const WRITE_BUFFER_HELP = "LevelDB write buffer per replica in MiB (default LevelDB's 4; larger: less compaction per write, more memory)";
-const writeBufferArg = intArg('--write-buffer-mb', 1, 1024);
+const WRITE_BUFFER_HELP = "LevelDB write buffer per replica in MiB (default LevelDB's 4; larger: less compaction per write, and up to twice that much memory per replica)";
+const writeBufferArg = intArg('--write-buffer-mb', 1, 256);
 
 const program = new Command('shardex')
   .description('Shardex: a sharded, replicated document index')

@@ -19,7 +19,7 @@ import { ShardexError } from '../errors.js';
 import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { ReadPath, type ReadOptions, type ReadTransport } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';
-import { ReplicaStore, type CommitPoint, type Doc, type StoredEntry, type UpdateOp } from '../ulog/index.js';
+import { ReplicaStore, type CommitPoint, type Doc, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer, portError } from './grpc.js';
 import { buildHttp } from './http/app.js';
 
@@ -73,8 +73,6 @@ export interface ExportRequest {
 
 /** Entries an export page reads at most (see exportLocal). */
 const EXPORT_SCAN_LIMIT = 50_000;
-/** Stored documents indexed per call when a replica rebuilds its index at open. */
-const REINDEX_BATCH = 1000;
 
 type PeerSearchRequest = ({ kind: 'export' } & ExportRequest) | ShardPhaseRequest;
 
@@ -254,16 +252,7 @@ export class ShardexNode {
       // The index lives in memory: rebuild it from the stored documents before serving.
       const t0 = performance.now();
       const binding = new SearchIndexBinding(this.schemaOf(collection));
-      let batch: UpdateOp[] = [];
-      for await (const e of store.entries()) {
-        if (e.doc === null) continue;
-        batch.push(e);
-        if (batch.length === REINDEX_BATCH) {
-          binding.apply(batch);
-          batch = [];
-        }
-      }
-      binding.apply(batch);
+      for await (const e of store.entries()) if (e.doc !== null) binding.index.add(e.id, e.doc as { id: string });
       binding.index.trim();
       replica.index = binding;
       this.replicas.set(key, replica);
