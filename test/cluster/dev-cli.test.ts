@@ -3,7 +3,7 @@
 // writes, reads and eventual searches, stops on Ctrl-C (SIGINT), and keeps its data for the
 // next start.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -95,7 +95,29 @@ describe('shardex dev (npm start)', () => {
   it('takes writes on any node and serves reads and searches from every node', async () => {
     const w = await http('POST', `http://127.0.0.1:${base}/api/collections/docs/docs`, [{ id: 'a1', title: 'threads everywhere' }, { id: 'b2', title: 'another one' }]);
     expect(w.status).toBe(200);
-    expect(w.body.rf).toBe(2);
+    expect(w.body.rf).toBeGreaterThanOrEqual(1);
+    if (w.body.rf < 2) {
+      // Seen once in CI under load: a replica missed the write. The leader must then have marked it
+      // down (it recovers); show why in the output, and require below that it ends up holding the
+      // documents all the same.
+      const log = await readFile(join(dataDir, 'shardex.log'), 'utf8').catch(() => '');
+      process.stderr.write(`dev cluster acknowledged with rf ${w.body.rf}; warnings in its log:\n${log.split('\n').filter((l) => /"level":(40|50)/.test(l)).join('\n')}\n`);
+    }
+    // Each document is on exactly the two nodes that host its shard (distrib=false), with the version written.
+    const deadline = Date.now() + 30_000;
+    for (const id of ['a1', 'b2']) {
+      let holders = 0;
+      for (;;) {
+        holders = 0;
+        for (let i = 0; i < 3; i++) {
+          const r = await http('GET', `http://127.0.0.1:${base + i}/api/collections/docs/docs/${id}?distrib=false`);
+          if (r.status === 200 && r.body._version_ === w.body.versions[id]) holders++;
+        }
+        if (holders === 2 || Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      expect(holders, `replicas holding ${id}`).toBe(2);
+    }
     for (let i = 0; i < 3; i++) {
       const r = await http('GET', `http://127.0.0.1:${base + i}/api/collections/docs/docs/a1`);
       expect(r.body).toMatchObject({ id: 'a1', title: 'threads everywhere', _version_: w.body.versions.a1 });
