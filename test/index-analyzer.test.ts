@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { ShardexError } from '../src/errors.js';
 import { Analyzer, checkDocument, parseFieldList, parseSchema, projectFields, ShardIndex } from '../src/index/index.js';
 import { exactKey, hashRange, TermTable } from '../src/index/term-table.js';
 import { detectDate } from '../src/index/values.js';
+import { thrown } from './support/errors.js';
 
 const terms = (text: string, analyzer = new Analyzer()): string[] => analyzer.terms(text).terms;
 
@@ -139,15 +139,9 @@ describe('schema', () => {
   ];
   for (const [input, message] of bad) {
     it(`rejects ${JSON.stringify(input)}`, () => {
-      let err: unknown;
-      try {
-        parseSchema(input);
-      } catch (e) {
-        err = e;
-      }
-      expect(err).toBeInstanceOf(ShardexError);
-      expect((err as ShardexError).code).toBe('SHX_BAD_REQUEST');
-      expect((err as ShardexError).message).toContain(message);
+      const err = thrown(() => parseSchema(input));
+      expect(err.code).toBe('SHX_BAD_REQUEST');
+      expect(err.message).toContain(message);
     });
   }
 
@@ -178,16 +172,10 @@ describe('documents', () => {
   ];
   for (const [doc, message, field] of bad) {
     it(`rejects ${JSON.stringify(doc)} naming the field`, () => {
-      let err: unknown;
-      try {
-        checkDocument(schema, doc);
-      } catch (e) {
-        err = e;
-      }
-      expect(err).toBeInstanceOf(ShardexError);
-      expect((err as ShardexError).code).toBe('SHX_BAD_DOCUMENT');
-      expect((err as ShardexError).message).toContain(message);
-      expect((err as ShardexError).details).toEqual(field === undefined ? undefined : { field });
+      const err = thrown(() => checkDocument(schema, doc));
+      expect(err.code).toBe('SHX_BAD_DOCUMENT');
+      expect(err.message).toContain(message);
+      expect(err.details).toEqual(field === undefined ? undefined : { field });
     });
   }
 

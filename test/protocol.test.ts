@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ShardexError } from '../src/errors.js';
 import { decodeOps, encodeOps, textOf, type WireOp } from '../src/distrib/protocol.js';
 import { encodeEntry, decodeEntry } from '../src/ulog/index.js';
+import { thrown } from './support/errors.js';
 
 const frame = (header: unknown, texts = ''): Buffer => Buffer.from(`${JSON.stringify(header)}\n${texts}`, 'utf8');
 
@@ -56,14 +56,8 @@ describe('update ops on the wire', () => {
     ['a document that is not an object', frame([['a', 1, 2]], '[]'), /'a' is not an object/],
     ['bytes after the last document', frame([['a', 1, 2]], '{}{}'), /bytes after/],
   ])('rejects %s as a bad request', (_what, bytes, message) => {
-    let err: unknown;
-    try {
-      decodeOps(bytes);
-    } catch (e) {
-      err = e;
-    }
-    expect(err).toBeInstanceOf(ShardexError);
-    expect((err as ShardexError).code).toBe('SHX_BAD_REQUEST');
-    expect((err as ShardexError).message).toMatch(message);
+    const err = thrown(() => decodeOps(bytes));
+    expect(err.code).toBe('SHX_BAD_REQUEST');
+    expect(err.message).toMatch(message);
   });
 });
