@@ -6,7 +6,7 @@ import { MAX_DATA_BYTES, MemoryZNodeServer } from '../src/coordination/memory-st
 import { StoreError } from '../src/coordination/store.js';
 import type { SessionState, StoreErrorCode, WatchEvent, ZNodeStore } from '../src/coordination/store.js';
 import { ZooKeeperStore } from '../src/coordination/zookeeper-store.js';
-import { TcpProxy, zkConnect, zkServer } from './support/zookeeper.js';
+import { ProxiedSessions, TcpProxy, zkConnect, zkServer } from './support/zookeeper.js';
 import { MessageChannel } from 'node:worker_threads';
 import { PortZNodeStore, servePort } from '../src/coordination/port-store.js';
 import { freePort } from '../src/node/local-zookeeper.js';
@@ -62,48 +62,25 @@ function portHarness(): Harness {
 
 /** Each store reaches ZooKeeper through a proxy of its own, so that its network can fail alone. */
 function zooKeeperHarness(): Harness {
-  const connectString = zkConnect('contract');
-  const chroot = connectString.slice(connectString.indexOf('/'));
-  const proxies = new Map<ZNodeStore, TcpProxy>();
-  const stores: ZNodeStore[] = [];
-  const proxyOf = (store: ZNodeStore) => {
-    const proxy = proxies.get(store);
-    if (proxy === undefined) throw new Error('store not from this harness');
-    return proxy;
-  };
+  const sessions = new ProxiedSessions('contract', 4_000);
   return {
-    async connect(options) {
-      const proxy = await TcpProxy.start(zkServer());
-      try {
-        const store = await ZooKeeperStore.connect({ connectString: proxy.address + chroot, sessionTimeoutMs: options?.sessionTimeoutMs ?? 4_000, connectTimeoutMs: 10_000 });
-        proxies.set(store, proxy);
-        stores.push(store);
-        return store;
-      } catch (err) {
-        await proxy.close();
-        throw err;
-      }
-    },
+    connect: (options) => sessions.connect(options?.sessionTimeoutMs),
     async expire(store) {
-      const proxy = proxyOf(store);
+      const proxy = sessions.proxyOf(store);
       proxy.blackhole();
       // The server closes a session's connection when it expires the session.
       await proxy.serverClosedAll(30_000);
       proxy.heal();
     },
     async partition(store) {
-      const proxy = proxyOf(store);
+      const proxy = sessions.proxyOf(store);
       proxy.blackhole();
       proxy.reset();
     },
     async heal(store) {
-      proxyOf(store).heal();
+      sessions.proxyOf(store).heal();
     },
-    async close() {
-      for (const proxy of proxies.values()) proxy.heal();
-      await Promise.allSettled(stores.map((s) => s.close()));
-      await Promise.allSettled([...proxies.values()].map((p) => p.close()));
-    },
+    close: () => sessions.close(),
   };
 }
 

@@ -13,7 +13,7 @@ import type { CreateMode, NodeData, SessionState, Watcher, ZNodeStore } from '..
 import type { CollectionSpec, Coordinator, ElectionCandidate, NodeInfo, NodeRole } from '../src/coordination/types.js';
 import { ZooKeeperStore } from '../src/coordination/zookeeper-store.js';
 import { ShardexError } from '../src/errors.js';
-import { TcpProxy, zkConnect, zkServer } from './support/zookeeper.js';
+import { ProxiedSessions, zkServer } from './support/zookeeper.js';
 
 const WAIT_MS = 30_000;
 /** A shorter deadline for the tests that pinned the former cache and election races. */
@@ -68,38 +68,16 @@ function memoryHarness(): Harness {
  * session timeout has passed, which the harness sees as a sentinel ephemeral vanishing.
  */
 function zooKeeperHarness(): Harness {
-  const connectString = zkConnect('coordinator');
-  const chroot = connectString.slice(connectString.indexOf('/'));
-  const proxies = new Map<ZNodeStore, TcpProxy>();
+  const sessions = new ProxiedSessions('coordinator', LONG_SESSION_MS);
+  const chroot = sessions.chroot;
   const sentinels = new Map<ZNodeStore, string>();
-  const stores: ZNodeStore[] = [];
   let observer: ZNodeStore | undefined;
-  const proxyOf = (store: ZNodeStore) => {
-    const proxy = proxies.get(store);
-    if (proxy === undefined) throw new Error('store not from this harness');
-    return proxy;
-  };
   return {
-    async connect(options) {
-      const proxy = await TcpProxy.start(zkServer());
-      try {
-        const store = await ZooKeeperStore.connect({
-          connectString: proxy.address + chroot,
-          sessionTimeoutMs: options?.sessionTimeoutMs ?? LONG_SESSION_MS,
-          connectTimeoutMs: 10_000,
-        });
-        proxies.set(store, proxy);
-        stores.push(store);
-        return store;
-      } catch (err) {
-        await proxy.close();
-        throw err;
-      }
-    },
+    connect: (options) => sessions.connect(options?.sessionTimeoutMs),
     async partition(store) {
       await store.mkdirp('/harness');
       sentinels.set(store, await store.create('/harness/session_', Buffer.alloc(0), 'ephemeral_sequential'));
-      const proxy = proxyOf(store);
+      const proxy = sessions.proxyOf(store);
       proxy.blackhole();
       proxy.reset();
     },
@@ -121,14 +99,10 @@ function zooKeeperHarness(): Harness {
       });
     },
     async heal(store) {
-      proxyOf(store).heal();
+      sessions.proxyOf(store).heal();
       sentinels.delete(store);
     },
-    async close() {
-      for (const proxy of proxies.values()) proxy.heal();
-      await Promise.allSettled([...stores, ...(observer ? [observer] : [])].map((s) => s.close()));
-      await Promise.allSettled([...proxies.values()].map((p) => p.close()));
-    },
+    close: () => sessions.close(observer ? [observer] : []),
   };
 }
 

@@ -3,6 +3,8 @@
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { inject } from 'vitest';
+import type { ZNodeStore } from '../../src/coordination/store.js';
+import { ZooKeeperStore } from '../../src/coordination/zookeeper-store.js';
 
 /** 'host:port' of the test ZooKeeper (no chroot). */
 export function zkServer(): string {
@@ -141,5 +143,49 @@ export class TcpProxy {
     this.connections.delete(c);
     c.client.destroy();
     c.upstream?.destroy();
+  }
+}
+
+/**
+ * ZooKeeper sessions, each through a TcpProxy of its own (so that one session's network can fail
+ * alone), on one fresh chroot: what the store and coordinator contract suites' harnesses share.
+ */
+export class ProxiedSessions {
+  readonly chroot: string;
+  private readonly proxies = new Map<ZNodeStore, TcpProxy>();
+  private readonly stores: ZNodeStore[] = [];
+
+  constructor(
+    name: string,
+    private readonly defaultSessionTimeoutMs: number,
+  ) {
+    const connectString = zkConnect(name);
+    this.chroot = connectString.slice(connectString.indexOf('/'));
+  }
+
+  async connect(sessionTimeoutMs = this.defaultSessionTimeoutMs): Promise<ZNodeStore> {
+    const proxy = await TcpProxy.start(zkServer());
+    try {
+      const store = await ZooKeeperStore.connect({ connectString: proxy.address + this.chroot, sessionTimeoutMs, connectTimeoutMs: 10_000 });
+      this.proxies.set(store, proxy);
+      this.stores.push(store);
+      return store;
+    } catch (err) {
+      await proxy.close();
+      throw err;
+    }
+  }
+
+  proxyOf(store: ZNodeStore): TcpProxy {
+    const proxy = this.proxies.get(store);
+    if (proxy === undefined) throw new Error('store not from this harness');
+    return proxy;
+  }
+
+  /** Ends every partition, then closes every session (and `others`) and every proxy. */
+  async close(others: readonly ZNodeStore[] = []): Promise<void> {
+    for (const proxy of this.proxies.values()) proxy.heal();
+    await Promise.allSettled([...this.stores, ...others].map((s) => s.close()));
+    await Promise.allSettled([...this.proxies.values()].map((p) => p.close()));
   }
 }
