@@ -118,18 +118,24 @@ export class ThreadedDevCluster {
       });
       if (created.status !== 201) throw new ShardexError('SHX_INTERNAL', `could not create collection ${spec.name}: ${await created.text()}`);
     }
-    await this.waitSettled(first, spec.name);
+    await this.waitSettled(spec.name);
   }
 
-  /** Until every shard of `collection` has a leader and every replica is active. */
-  private async waitSettled(url: string, collection: string): Promise<void> {
+  /**
+   * Until every node sees every shard of `collection` with a leader and every replica active: a
+   * leader acting on a view older than another node's could still count a replica out.
+   */
+  private async waitSettled(collection: string): Promise<void> {
     const deadline = Date.now() + START_TIMEOUT_MS;
-    for (;;) {
+    const settled = async (url: string): Promise<boolean> => {
       const view = (await (await fetch(`${url}/api/cluster`)).json()) as {
         collections: Record<string, { shards: Record<string, { leader: string | null; replicas: Array<{ state: string }> }> }>;
       };
       const shards = Object.values(view.collections[collection]?.shards ?? {});
-      if (shards.length > 0 && shards.every((s) => s.leader !== null && s.replicas.every((r) => r.state === 'active'))) return;
+      return shards.length > 0 && shards.every((s) => s.leader !== null && s.replicas.every((r) => r.state === 'active'));
+    };
+    for (;;) {
+      if ((await Promise.all(this.nodes.map((n) => settled(n.http)))).every(Boolean)) return;
       if (Date.now() > deadline) throw new ShardexError('SHX_TIMEOUT', `collection ${collection} did not settle within ${START_TIMEOUT_MS / 1000} s; see ${this.o.logFile}`);
       await new Promise((r) => setTimeout(r, 100));
     }
