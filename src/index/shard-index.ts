@@ -192,9 +192,10 @@ export class ShardIndex implements IndexView, ForwardSink {
   }
 
   /**
-   * Appends every field's pending postings (see InvertedField): every read of postings starts
-   * here, so a search sees every document added before it; between reads, postings are appended
-   * in batches as large as a field's pending buffer, however small the write requests.
+   * Appends every field's pending postings (see InvertedField). inverted() and defaultTextFields(),
+   * the only ways a reader reaches a field, call it first, so a search sees every document added
+   * before it; between reads, postings are appended in batches as large as a field's pending
+   * buffer, however small the write requests.
    */
   private flush(): void {
     if (!this.unflushed) return;
@@ -485,7 +486,6 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** Phase 1: the total and the top offset+limit hits with their sort values. */
   search(req: SearchRequest = {}, globalStats?: IndexStats): ShardSearchResult {
-    this.flush();
     const offset = checkCount('offset', req.offset ?? 0);
     const limit = checkCount('limit', req.limit ?? DEFAULT_LIMIT);
     if (offset + limit > MAX_RESULT_WINDOW) {
@@ -517,7 +517,6 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** Whether each document matches q and the filters: the membership test of an export cursor. */
   matcher(req: Pick<SearchRequest, 'q' | 'filters' | 'defaultOperator'> = {}): (id: string) => boolean {
-    this.flush();
     const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
     const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
@@ -534,7 +533,6 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** The statistics of the query's scoring terms and of its undeclared sort fields, for mergeStats. */
   collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {
-    this.flush();
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, { defaultOperator: checkOperator(req.defaultOperator) }) : req.q;
     const fields = new Map<string, FieldStats>();
     const terms = new Map<string, TermStats>();
