@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { decodeOps, encodeOps, textOf, type WireOp } from '../src/distrib/protocol.js';
-import { encodeEntry, decodeEntry } from '../src/ulog/index.js';
+import { decodeOps, encodeOps, type WireOp } from '../src/distrib/protocol.js';
+import { docText, encodeEntry, decodeEntry } from '../src/ulog/index.js';
 import { thrown } from './support/errors.js';
 
 const frame = (header: unknown, texts = ''): Buffer => Buffer.from(`${JSON.stringify(header)}\n${texts}`, 'utf8');
@@ -18,7 +18,7 @@ describe('update ops on the wire', () => {
     const back = decodeOps(encodeOps(ops));
     expect(back.map((o) => ({ id: o.id, v: o.v, doc: o.doc }))).toEqual(ops.map((o) => ({ id: o.id, v: o.v, doc: o.doc })));
     for (let i = 0; i < ops.length; i++) {
-      expect(back[i]!.text).toBe(textOf(ops[i]!));
+      expect(back[i]!.text).toBe(docText(ops[i]!));
       expect('v' in back[i]!).toBe(ops[i]!.v !== undefined);
     }
     // A "__proto__" key stays plain data: it neither sets the prototype nor pollutes Object.

@@ -1,6 +1,6 @@
 // What travels between nodes on the update path (the gRPC layer only encodes it).
 import { ShardexError } from '../errors.js';
-import type { Doc } from '../ulog/index.js';
+import { docText, type Doc } from '../ulog/index.js';
 
 /** Solr's DistribPhase: NONE from a client, TOLEADER forwarded to a leader, FROMLEADER to replicas. */
 export type Phase = 'NONE' | 'TOLEADER' | 'FROMLEADER';
@@ -38,11 +38,6 @@ export interface ShardUpdateResult {
   readonly applied?: number;
 }
 
-/** The op's document as JSON text: the text it came with, else serialized now. */
-export function textOf(op: WireOp): string | undefined {
-  return op.doc === null ? undefined : (op.text ?? JSON.stringify(op.doc));
-}
-
 // Ops as bytes: a JSON header line [[id, version or null, text length or -1 for a delete], ...],
 // then the documents' texts back to back. The receiver keeps each text (a slice of the frame) as
 // the op's `text` and parses it for the document, so no hop serializes a document again.
@@ -53,7 +48,7 @@ export function encodeOps(ops: readonly WireOp[]): Buffer {
   const texts: string[] = [];
   for (let i = 0; i < ops.length; i++) {
     const op = ops[i]!;
-    const text = textOf(op);
+    const text = docText(op);
     header[i] = [op.id, op.v ?? null, text === undefined ? -1 : text.length];
     if (text !== undefined) texts.push(text);
   }

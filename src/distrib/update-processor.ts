@@ -8,9 +8,9 @@ import type { Logger } from 'pino';
 import type { Coordinator, CollectionState } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
 import { ShardRouter, parseRange, type RouterName } from '../hashrange/index.js';
-import type { UpdateOp } from '../ulog/index.js';
+import { docText, type UpdateOp } from '../ulog/index.js';
 import type { CommandDistributor } from './distributor.js';
-import { textOf, type ShardUpdate, type ShardUpdateResult, type WireOp } from './protocol.js';
+import type { ShardUpdate, ShardUpdateResult, WireOp } from './protocol.js';
 import type { ShardReplica } from './replica.js';
 import { isTransient, linearBackoff, sleep, type BackoffPolicy } from './retry.js';
 
@@ -141,7 +141,7 @@ export class UpdateProcessor {
     }
     const ops = await replica.lock.run(async () => {
       // The text is made here if the request did not bring it: the log and every replica use it.
-      const versioned: UpdateOp[] = update.ops.map((op) => ({ id: op.id, version: replica.assignVersion(), doc: op.doc, text: textOf(op) }));
+      const versioned: UpdateOp[] = update.ops.map((op) => ({ id: op.id, version: replica.assignVersion(), doc: op.doc, text: docText(op) }));
       await replica.apply(versioned);
       return versioned;
     });

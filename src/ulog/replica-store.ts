@@ -44,8 +44,13 @@ const VERSION_WIDTH = 16;
 export const logKey = (version: number): string => LOG + String(version).padStart(VERSION_WIDTH, '0');
 const docKey = (id: string): string => DOC + id;
 
+/** An op's document as JSON text: the text it carries, else serialized now; undefined for a delete. */
+export function docText(op: { readonly doc: Doc | null; readonly text?: string }): string | undefined {
+  return op.doc === null ? undefined : (op.text ?? JSON.stringify(op.doc));
+}
+
 export function encodeEntry(op: UpdateOp): string {
-  return `{"id":${JSON.stringify(op.id)},"v":${op.version},"doc":${op.doc === null ? 'null' : (op.text ?? JSON.stringify(op.doc))}}`;
+  return `{"id":${JSON.stringify(op.id)},"v":${op.version},"doc":${docText(op) ?? 'null'}}`;
 }
 
 export function decodeEntry(text: string): StoredEntry {
