@@ -1,6 +1,8 @@
 // Ingest: N generated docs posted over HTTP (JSON batches, round-robin over the nodes) into
-// a `shardex dev` cluster (2 shards x 2 replicas), beside the raw rate of writing the same
-// documents with `level` batches in this process (the floor of what a replica must do).
+// a `shardex dev` cluster (2 shards x 2 replicas), once into a collection with durability
+// `request` (every acknowledged batch synced on both replicas) and once into one with `async`,
+// beside the raw rate of writing the same documents with `level` batches in this process (the
+// floor of what a replica must do), synced and not.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -21,7 +23,7 @@ function args(rest) {
   return a;
 }
 
-async function rawLevel(batches, writeBufferMb) {
+async function rawLevel(batches, writeBufferMb, sync) {
   const dir = await mkdtemp(join(tmpdir(), 'shardex-bench-level-'));
   const db = new Level(dir, { valueEncoding: 'utf8', ...(writeBufferMb !== undefined && { writeBufferSize: writeBufferMb * 1024 * 1024 }) });
   await db.open();
@@ -34,7 +36,7 @@ async function rawLevel(batches, writeBufferMb) {
       const text = JSON.stringify({ id: d.id, v, doc: d });
       ops.push({ type: 'put', key: 'l' + String(v++).padStart(16, '0'), value: text }, { type: 'put', key: 'd' + d.id, value: text });
     }
-    await db.batch(ops);
+    await db.batch(ops, { sync });
   }
   const ms = performance.now() - t0;
   const cpu = process.cpuUsage(c0);
@@ -55,67 +57,88 @@ export async function run(rest) {
   const results = [];
   for (let r = 1; r <= a.runs; r++) {
     if (a.runs > 1) log(`-- run ${r} of ${a.runs}`);
-    results.push(await once(a, batches, bodies));
+    results.push(await once(a, batches, bodies, r));
   }
   if (a.runs > 1) {
     const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
     log('');
-    log(`runs (shardex docs/s, raw level docs/s, ratio, cluster CPU µs/doc): ${results.map((x) => `${fmt(x.rate)} / ${fmt(x.rawRate)} / ${ratio(x.rate, x.rawRate)} / ${fmt(x.cpuUsPerDoc)}`).join('; ')}`);
+    log(`runs (request docs/s, async docs/s, request/async): ${results.map((x) => `${fmt(x.request.rate)} / ${fmt(x.async.rate)} / ${ratio(x.request.rate, x.async.rate)}`).join('; ')}`);
+    const m = (f) => median(results.map(f));
     table(a, {
-      rate: median(results.map((x) => x.rate)),
-      rawRate: median(results.map((x) => x.rawRate)),
-      ratioMedian: median(results.map((x) => x.rate / x.rawRate)),
-      cpuUsPerDoc: median(results.map((x) => x.cpuUsPerDoc)),
-      rawCpuUsPerDoc: median(results.map((x) => x.rawCpuUsPerDoc)),
+      request: { rate: m((x) => x.request.rate), cpuUsPerDoc: m((x) => x.request.cpuUsPerDoc) },
+      async: { rate: m((x) => x.async.rate), cpuUsPerDoc: m((x) => x.async.cpuUsPerDoc) },
+      rawSync: { rate: m((x) => x.rawSync.rate), cpuUsPerDoc: m((x) => x.rawSync.cpuUsPerDoc) },
+      rawAsync: { rate: m((x) => x.rawAsync.rate), cpuUsPerDoc: m((x) => x.rawAsync.cpuUsPerDoc) },
+      requestVsAsync: m((x) => x.request.rate / x.async.rate),
     }, `median of ${a.runs} runs`);
   }
 }
 
 function table(a, x, title) {
   log('');
-  const buffer = a.writeBufferMb === undefined ? '' : `, LevelDB write buffer ${a.writeBufferMb} MiB in both`;
-  log(`| figure${title || buffer ? ` (${[title, buffer.slice(2)].filter(Boolean).join('; ')})` : ''} | shardex (HTTP, 2 shards x 2 replicas) | raw level batches | ratio |`);
+  const buffer = a.writeBufferMb === undefined ? '' : `, LevelDB write buffer ${a.writeBufferMb} MiB in all`;
+  const what = `${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight`;
+  log(`| figure${title || buffer ? ` (${[title, buffer.slice(2)].filter(Boolean).join('; ')})` : ''} | durability request | durability async | ratio request/async |`);
   log(`|---|---|---|---|`);
-  log(`| ingest docs/s (${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight) | ${fmt(x.rate)} | ${fmt(x.rawRate)} | ${(x.ratioMedian ?? x.rate / x.rawRate).toFixed(2)} |`);
-  log(`| dev cluster CPU per doc (user + system, all its threads; both replicas' work) | ${fmt(x.cpuUsPerDoc)} µs | ${fmt(x.rawCpuUsPerDoc)} µs (this process, all threads) | ${ratio(x.cpuUsPerDoc, x.rawCpuUsPerDoc)} |`);
+  log(`| shardex ingest docs/s (HTTP, 2 shards x 2 replicas; ${what}) | ${fmt(x.request.rate)} | ${fmt(x.async.rate)} | ${(x.requestVsAsync ?? x.request.rate / x.async.rate).toFixed(2)} |`);
+  log(`| raw level batches docs/s (one store, log + doc per document; sync: true / false) | ${fmt(x.rawSync.rate)} | ${fmt(x.rawAsync.rate)} | ${ratio(x.rawSync.rate, x.rawAsync.rate)} |`);
+  log(`| shardex / raw level, same durability | ${ratio(x.request.rate, x.rawSync.rate)} | ${ratio(x.async.rate, x.rawAsync.rate)} | |`);
+  log(`| dev cluster CPU per doc (user + system, all its threads; both replicas' work) | ${fmt(x.request.cpuUsPerDoc)} µs | ${fmt(x.async.cpuUsPerDoc)} µs | ${ratio(x.request.cpuUsPerDoc, x.async.cpuUsPerDoc)} |`);
 }
 
-async function once(a, batches, bodies) {
-  log('baseline: raw level batches (one store, log + doc per document) ...');
-  const raw = await rawLevel(batches, a.writeBufferMb);
-  const rawRate = a.docs / (raw.ms / 1000);
+async function ingest(a, cluster, collection, batches, bodies) {
+  const limit = pLimit(a.concurrency);
+  let done = 0;
+  let lastReport = performance.now();
+  const cpu0 = processCpuMs(cluster.pid);
+  const t0 = performance.now();
+  await Promise.all(
+    bodies.map((body, i) =>
+      limit(async () => {
+        const res = await fetch(`${cluster.urls[i % cluster.urls.length]}/api/collections/${collection}/docs`, {
+          method: 'POST', headers: { 'content-type': 'application/json' }, body,
+        });
+        if (res.status !== 200) throw new Error(`batch ${i}: HTTP ${res.status} ${await res.text()}`);
+        await res.arrayBuffer();
+        done += batches[i].length;
+        const now = performance.now();
+        if (now - lastReport > 2000) {
+          lastReport = now;
+          log(`  ${collection}: ${fmt(done)} / ${fmt(a.docs)} docs, ${fmt(done / ((now - t0) / 1000))} docs/s`);
+        }
+      }),
+    ),
+  );
+  const ms = performance.now() - t0;
+  return { rate: a.docs / (ms / 1000), cpuUsPerDoc: ((processCpuMs(cluster.pid) - cpu0) * 1000) / a.docs };
+}
+
+async function once(a, batches, bodies, r) {
+  log('baseline: raw level batches, sync: true ...');
+  const rs = await rawLevel(batches, a.writeBufferMb, true);
+  log('baseline: raw level batches, sync: false ...');
+  const ra = await rawLevel(batches, a.writeBufferMb, false);
+  const rawSync = { rate: a.docs / (rs.ms / 1000), cpuUsPerDoc: rs.cpuUs / a.docs };
+  const rawAsync = { rate: a.docs / (ra.ms / 1000), cpuUsPerDoc: ra.cpuUs / a.docs };
 
   log('starting dev cluster (3 nodes, 2 shards x 2 replicas) ...');
   const nodeArgs = a.profile === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', resolve(a.profile)];
   const extra = a.writeBufferMb === undefined ? [] : ['--write-buffer-mb', String(a.writeBufferMb)];
   const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2, nodeArgs, extra });
   try {
-    const limit = pLimit(a.concurrency);
-    let done = 0;
-    let lastReport = performance.now();
-    const cpu0 = processCpuMs(cluster.pid);
-    const t0 = performance.now();
-    await Promise.all(
-      bodies.map((body, i) =>
-        limit(async () => {
-          const res = await fetch(`${cluster.urls[i % cluster.urls.length]}/api/collections/docs/docs`, {
-            method: 'POST', headers: { 'content-type': 'application/json' }, body,
-          });
-          if (res.status !== 200) throw new Error(`batch ${i}: HTTP ${res.status} ${await res.text()}`);
-          await res.arrayBuffer();
-          done += batches[i].length;
-          const now = performance.now();
-          if (now - lastReport > 2000) {
-            lastReport = now;
-            log(`  ${fmt(done)} / ${fmt(a.docs)} docs, ${fmt(done / ((now - t0) / 1000))} docs/s`);
-          }
-        }),
-      ),
-    );
-    const ms = performance.now() - t0;
-    const rate = a.docs / (ms / 1000);
-    const cpuUsPerDoc = ((processCpuMs(cluster.pid) - cpu0) * 1000) / a.docs;
-    const x = { rate, rawRate, cpuUsPerDoc, rawCpuUsPerDoc: raw.cpuUs / a.docs };
+    // The same shape as `docs` (which has the default durability, request), asynchronous.
+    const created = await fetch(`${cluster.urls[0]}/api/collections`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'bulk', numShards: 2, replicationFactor: 2, durability: 'async' }),
+    });
+    if (created.status !== 201) throw new Error(`could not create the async collection: ${await created.text()}`);
+    const x = { rawSync, rawAsync };
+    // Alternate which goes first, so that neither always meets the fuller LevelDB.
+    const order = r % 2 === 1 ? ['request', 'async'] : ['async', 'request'];
+    for (const mode of order) {
+      log(`ingest with durability ${mode} ...`);
+      x[mode] = await ingest(a, cluster, mode === 'request' ? 'docs' : 'bulk', batches, bodies);
+    }
     table(a, x);
     return x;
   } finally {

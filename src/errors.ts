@@ -26,6 +26,10 @@ export const ERRORS = {
   SHX_STALE_EPOCH: { status: 503, retryable: true },
   SHX_UNAVAILABLE: { status: 503, retryable: true },
   SHX_RECOVERING: { status: 503, retryable: true },
+  /** The write may or may not stand (it may have been applied somewhere before the failure). */
+  SHX_INDETERMINATE: { status: 503, retryable: true },
+  /** The node has not read the cluster state yet (just started): nothing was done. */
+  SHX_STARTING: { status: 503, retryable: true },
   SHX_TIMEOUT: { status: 504, retryable: true },
 } as const satisfies Record<string, ErrorSpec>;
 

@@ -79,9 +79,9 @@ describe('writeBatcher', () => {
     const report = await job.awaitCompletion();
     expect(report).toMatchObject({ written: 2, rejected: 3 });
     expect(rejected).toEqual([
-      [1, 'the document has no "id"'],
-      [2, 'the document is a string, not a JSON object'],
-      [3, 'the document sets a reserved field (_version_ or _shard_)'],
+      [1, 'document 1 has no "id"; nothing was written'],
+      [2, 'document 2 is a string, not a JSON object; nothing was written'],
+      [3, 'document 3 sets a reserved field (_version_ or _shard_); nothing was written'],
     ]);
   });
 

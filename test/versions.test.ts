@@ -8,7 +8,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CollectionState, Coordinator, LeaderInfo } from '../src/coordination/index.js';
 import type { CommandDistributor } from '../src/distrib/distributor.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../src/distrib/protocol.js';
-import { ShardReplica, nextVersion } from '../src/distrib/replica.js';
+import { ShardReplica } from '../src/distrib/replica.js';
+import { EPOCH_UNIT, epochOf } from '../src/distrib/shard-state.js';
+import { parseSchema } from '../src/index/index.js';
 import { UpdateProcessor } from '../src/distrib/update-processor.js';
 import { ShardexError } from '../src/errors.js';
 import { silentLogger } from '../src/node/logger.js';
@@ -37,6 +39,12 @@ async function reopen(store: ReplicaStore, name = 'r', logRetention?: number): P
   await store.close();
   stores.splice(stores.indexOf(store), 1);
   return openStore(name, logRetention);
+}
+
+/** Makes `replica` the leader of `epoch`, as an election and its announcement do. */
+function lead(replica: ShardReplica, epoch: number): void {
+  replica.step({ type: 'elected', epoch });
+  replica.step({ type: 'ready', epoch });
 }
 
 /** One shard `c/shard1` hosted by `self` and, optionally, by replica nodes. */
@@ -96,7 +104,7 @@ async function harness(opts: { leaderEpoch?: number; replicaNodes?: string[]; an
   const store = await openStore();
   const replica = new ShardReplica('c', 'shard1', store, log);
   const leaderEpoch = opts.leaderEpoch;
-  if (leaderEpoch !== undefined) replica.becomeLeader(leaderEpoch);
+  if (leaderEpoch !== undefined) lead(replica, leaderEpoch);
   const state = collectionState(['n1', ...(opts.replicaNodes ?? [])]);
   const coordinator = stubCoordinator(state, () => (leaderEpoch !== undefined ? { node: 'n1', epoch: leaderEpoch } : { node: 'n0', epoch: 1 }));
   const { distributor, sent } = stubDistributor(opts.answer);
@@ -104,6 +112,8 @@ async function harness(opts: { leaderEpoch?: number; replicaNodes?: string[]; an
     self: 'n1',
     coordinator,
     replica: (c, s) => (c === 'c' && s === 'shard1' ? replica : undefined),
+    schema: () => parseSchema(undefined),
+    perform: () => undefined,
     distributor,
     logger: log,
     backoff: () => 0,
@@ -260,7 +270,7 @@ describe('FROMLEADER fencing', () => {
     expect(e.message).toContain('5');
     expect(await snapshot(store, 'a')).toEqual(before);
     expect(await store.get('b')).toBeUndefined();
-    expect(replica.maxEpochSeen).toBe(5);
+    expect(replica.fence).toBe(5);
   });
 
   it('accepts updates from the newest epoch seen and from newer ones', async () => {
@@ -269,7 +279,7 @@ describe('FROMLEADER fencing', () => {
     await processor.fromLeader(fromLeader([{ id: 'b', v: 101, doc: { id: 'b' } }], 5));
     await processor.fromLeader(fromLeader([{ id: 'c', v: 102, doc: { id: 'c' } }], 6));
     expect(store.docCount).toBe(3);
-    expect(replica.maxEpochSeen).toBe(6);
+    expect(replica.fence).toBe(6);
   });
 
   it('makes a leader that hears from a newer epoch step down', async () => {
@@ -293,7 +303,7 @@ describe('FROMLEADER fencing', () => {
     const { replica, processor } = await harness();
     await processor.fromLeader(fromLeader([{ id: 'a', v: 100, doc: { id: 'a' } }], 2));
     await refusal(processor.fromLeader(fromLeader([{ id: 'b', doc: { id: 'b' } }], 9)));
-    expect(replica.maxEpochSeen).toBe(2);
+    expect(replica.fence).toBe(2);
     await expect(processor.fromLeader(fromLeader([{ id: 'c', v: 101, doc: { id: 'c' } }], 2))).resolves.toMatchObject({ applied: 1 });
   });
 
@@ -305,18 +315,11 @@ describe('FROMLEADER fencing', () => {
 });
 
 describe('versions assigned by the leader', () => {
-  it('nextVersion follows the clock, scaled by 1024', () => {
-    expect(nextVersion(0, 1_000)).toBe(1_024_000);
-  });
-
-  it('nextVersion is strictly greater than the last version, even when the clock stands still or goes back', () => {
-    let last = 0;
-    const clock = [5_000, 5_000, 5_000, 4_000, 3_000, 5_001, 5_001];
-    for (const now of clock) {
-      const v = nextVersion(last, now);
-      expect(v).toBeGreaterThan(last);
-      last = v;
-    }
+  it('are epoch-major: the first version of a leadership is above every version of an older one', async () => {
+    const { processor } = await harness({ leaderEpoch: 3 });
+    const res = await processor.toLeader(toLeader([{ id: 'a', doc: { id: 'a' } }]));
+    expect(epochOf(res.versions!.a!)).toBe(3);
+    expect(res.versions!.a).toBe(3 * EPOCH_UNIT + 1);
   });
 
   it('strictly increase over many concurrent TOLEADER requests, in the order they were written', async () => {
@@ -347,12 +350,14 @@ describe('versions assigned by the leader', () => {
 
   it('stay above the newest stored version, even one ahead of the clock (a reopened store)', async () => {
     const store = await openStore();
-    const ahead = Date.now() * 1024 + 1_000_000_000;
+    const ahead = 2 * EPOCH_UNIT + 1_000_000;
     await store.apply([{ id: 'old', version: ahead, doc: { id: 'old' } }]);
     const again = await reopen(store);
     const replica = new ShardReplica('c', 'shard1', again, log);
-    const v = replica.assignVersion();
-    expect(v).toBeGreaterThan(ahead);
+    lead(replica, 2);
+    const effects = replica.step({ type: 'update', count: 1 });
+    const v = effects.find((e) => e.type === 'accept')?.versions?.[0];
+    expect(v).toBe(ahead + 1);
   });
 
   it('are sent to every replica as FROMLEADER with the leader epoch and the assigned versions', async () => {
@@ -368,7 +373,7 @@ describe('versions assigned by the leader', () => {
     }
   });
 
-  it('a leader whose replica reports a newer epoch steps down and does not acknowledge', async () => {
+  it('a leader whose replica reports a newer epoch steps down, answers indeterminate and must recover', async () => {
     const { replica, processor } = await harness({
       leaderEpoch: 2,
       replicaNodes: ['n2'],
@@ -377,8 +382,9 @@ describe('versions assigned by the leader', () => {
       },
     });
     const e = await refusal(processor.toLeader(toLeader([{ id: 'a', doc: { id: 'a' } }])));
-    expect(e.code).toBe('SHX_NOT_LEADER');
+    expect(e.code).toBe('SHX_INDETERMINATE');
     expect(replica.role).toBe('follower');
+    expect(replica.health).toBe('dirty');
   });
 
   it('a follower refuses TOLEADER and writes nothing', async () => {

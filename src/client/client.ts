@@ -364,9 +364,11 @@ export class ShardexClient {
 
   /** Adds documents: validated whole first, grouped by shard, each group posted to its leader. */
   async add(collection: string, docs: readonly unknown[], opts: WriteOptions = {}): Promise<AddResult & { minRfMet: boolean }> {
-    const ops = toAddOps(docs);
-    return this.withDeadline(opts, `adding ${ops.length} document(s) to ${collection}`, async (signal) => {
+    // Shape and ids first, without the cluster; then the field values against the collection's schema.
+    toAddOps(docs);
+    return this.withDeadline(opts, `adding ${docs.length} document(s) to ${collection}`, async (signal) => {
       const s = await this.collectionState(collection);
+      const ops = toAddOps(docs, s.schema(collection));
       const groups = groupByShard(s.router(collection), ops);
       const job = this.singleOp();
       const limit = pLimit(this.concurrency);

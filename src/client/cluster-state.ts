@@ -4,6 +4,7 @@
 // ranges in the state), so that the client and the nodes always agree on a document's shard.
 import { ShardexError } from '../errors.js';
 import { ShardRouter, parseRange, parseRouterName } from '../hashrange/index.js';
+import { parseSchema, type CollectionSchema } from '../index/index.js';
 
 export interface NodeView {
   readonly name: string;
@@ -64,6 +65,7 @@ export class ClusterSnapshot {
   readonly collections: ReadonlyMap<string, CollectionView>;
   private readonly httpByName: ReadonlyMap<string, string>;
   private readonly routers = new Map<string, ShardRouter>();
+  private readonly schemas = new Map<string, CollectionSchema>();
 
   constructor(nodes: readonly NodeView[], collections: ReadonlyMap<string, CollectionView>) {
     this.nodes = nodes;
@@ -114,6 +116,18 @@ export class ClusterSnapshot {
       this.routers.set(collection, r);
     }
     return r;
+  }
+
+  /** The collection's declared fields as the nodes parse them: the client admits documents as they do. */
+  schema(collection: string): CollectionSchema {
+    let schema = this.schemas.get(collection);
+    if (!schema) {
+      const c = this.collections.get(collection);
+      if (!c) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' does not exist in the cluster state`);
+      schema = parseSchema(c.fields);
+      this.schemas.set(collection, schema);
+    }
+    return schema;
   }
 
   /** HTTP URL of a node, if it is live. */

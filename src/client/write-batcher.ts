@@ -4,7 +4,8 @@
 // queued for a host that has since been suspended go to the new leader (or any live node).
 // A host failure that would leave fewer than minHosts hosts stops the job.
 import pLimit, { type LimitFunction } from 'p-limit';
-import { documentProblem } from '../distrib/documents.js';
+import { admissionError } from '../distrib/documents.js';
+import type { CollectionSchema } from '../index/index.js';
 import { ShardexError, isShardexError } from '../errors.js';
 import type { ShardRouter } from '../hashrange/index.js';
 import type { ShardexClient, JobContext } from './client.js';
@@ -92,10 +93,13 @@ export interface WriteJobReport extends WriteProgress {
 
 type Listener<E> = (e: E) => void | Promise<void>;
 
-/** A document, checked with the same rules as the HTTP API; SHX_BAD_DOCUMENT otherwise. */
-export function checkDocument(doc: unknown): { id: string; doc: Record<string, unknown> } {
-  const problem = documentProblem(doc);
-  if (problem) throw new ShardexError('SHX_BAD_DOCUMENT', `the document ${problem}`);
+/**
+ * A document, admitted by the nodes' own checker (with the collection's schema, when known);
+ * SHX_BAD_DOCUMENT naming `position` otherwise.
+ */
+export function checkDocument(doc: unknown, schema?: CollectionSchema, position = 0): { id: string; doc: Record<string, unknown> } {
+  const refused = admissionError(schema, doc, position);
+  if (refused) throw refused;
   const d = doc as Record<string, unknown>;
   return { id: d.id as string, doc: d };
 }
@@ -114,6 +118,7 @@ export class WriteBatcher {
   private readonly limit: LimitFunction;
   private readonly job: JobContext;
   private router: ShardRouter | undefined;
+  private schema: CollectionSchema | undefined;
   private readonly buffers = new Map<string, ShardBuffer>();
   private readonly inFlight = new Set<Promise<void>>();
   private waiters: Array<() => void> = [];
@@ -185,17 +190,17 @@ export class WriteBatcher {
    * SHX_BAD_DOCUMENT for an invalid document (nothing of the job changes), or with the
    * job's error once it has stopped.
    */
-  async add(doc: unknown): Promise<void> {
+  async add(doc: unknown, position = this.counts.submitted + this.counts.rejected): Promise<void> {
+    this.throwIfStopped();
+    const router = this.router ?? (await this.loadRouter());
     this.throwIfStopped();
     let checked: { id: string; doc: Record<string, unknown> };
     try {
-      checked = checkDocument(doc);
+      checked = checkDocument(doc, this.schema, position);
     } catch (err) {
       this.counts.rejected++;
       throw err;
     }
-    const router = this.router ?? (await this.loadRouter());
-    this.throwIfStopped();
     const shard = router.route(checked.id).shard;
     let buf = this.buffers.get(shard);
     if (!buf) this.buffers.set(shard, (buf = { docs: [], ids: [] }));
@@ -213,7 +218,7 @@ export class WriteBatcher {
     let accepted = 0;
     for await (const doc of source) {
       try {
-        await this.add(doc);
+        await this.add(doc, position);
         accepted++;
       } catch (err) {
         if (!(isShardexError(err) && err.code === 'SHX_BAD_DOCUMENT')) throw err;
@@ -233,6 +238,7 @@ export class WriteBatcher {
       this.stop(err);
       throw err;
     }
+    this.schema = s.schema(this.collection);
     this.router = s.router(this.collection);
     return this.router;
   }

@@ -13,6 +13,7 @@ import { partitionRange, formatRange } from '../hashrange/index.js';
 import { placeReplicas } from './placement.js';
 import { StoreError, type SessionState, type Watcher, type ZNodeStore } from './store.js';
 import type {
+  CollectionPatch,
   CollectionSpec,
   CollectionState,
   Coordinator,
@@ -352,6 +353,21 @@ export class ClusterCoordinator implements Coordinator {
       throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${name}' does not exist`);
     }
     await this.store.deleteRecursive(`/collections/${name}`);
+  }
+
+  async updateCollection(name: string, patch: CollectionPatch): Promise<CollectionState> {
+    const path = `/collections/${name}/state`;
+    for (;;) {
+      const d = await this.store.get(path);
+      if (!d) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${name}' does not exist`);
+      const next: CollectionState = { ...parse<CollectionState>(d.data), ...patch };
+      try {
+        await this.store.set(path, json(next), d.version);
+        return next;
+      } catch (err) {
+        if (!(err instanceof StoreError && err.code === 'BAD_VERSION')) throw err;
+      }
+    }
   }
 
   async setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void> {

@@ -37,7 +37,14 @@ export interface CollectionSpec {
   readonly fields?: Record<string, string>;
   /** Auto-commit interval in ms; 0 = off. */
   readonly autoCommitMs?: number;
+  /** `request` (default): every acknowledged update is synced on each counted replica; `async`: synced every syncIntervalMs. */
+  readonly durability?: 'request' | 'async';
+  /** With durability `async`: how often replicas sync (default 5000). */
+  readonly syncIntervalMs?: number;
 }
+
+/** What a collection update may change. */
+export type CollectionPatch = Partial<Pick<CollectionSpec, 'durability' | 'syncIntervalMs' | 'autoCommitMs'>>;
 
 export interface CollectionState extends CollectionSpec {
   /** Shards in ascending range order: shard1, shard2, ... (never string-sorted). */
@@ -74,6 +81,8 @@ export interface Coordinator {
   leader(collection: string, shard: string): LeaderInfo | undefined;
   createCollection(spec: CollectionSpec): Promise<CollectionState>;
   deleteCollection(name: string): Promise<void>;
+  /** Changes a collection's settings (durability, autoCommit); every node applies them from the state. */
+  updateCollection(name: string, patch: CollectionPatch): Promise<CollectionState>;
   setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void>;
   joinElection(collection: string, shard: string, candidate: ElectionCandidate): Promise<void>;
   leaveElection(collection: string, shard: string): Promise<void>;

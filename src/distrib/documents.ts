@@ -1,23 +1,12 @@
-// Input checks for documents and ids, shared by every entry point (HTTP, client). A batch
-// with one bad document is rejected whole, naming the document's position.
+// Admission of a client's batch (phase NONE, and again at the leader): every document is checked
+// whole by the one checker (src/index/document.ts) before any phase starts, so that a batch with
+// one bad document is refused whole, naming the document's position (or NDJSON line) and field.
 import { ShardexError } from '../errors.js';
-import { loneSurrogateIndex, utf8Length } from '../hashrange/murmur3.js';
+import { admissionProblem, describeProblem, idProblem, type CollectionSchema } from '../index/index.js';
 import type { Doc } from '../ulog/index.js';
 import type { WireOp } from './protocol.js';
 
-export const MAX_ID_BYTES = 512;
-
-/** Why `id` cannot be a document id, or undefined when it can. */
-export function idProblem(id: unknown): string | undefined {
-  if (id === undefined || id === null) return 'has no "id"';
-  if (typeof id !== 'string') return `has an "id" that is ${Array.isArray(id) ? 'an array' : typeof id === 'object' ? 'an object' : `a ${typeof id}`}, not a string`;
-  if (id.length === 0) return 'has an empty "id"';
-  const lone = loneSurrogateIndex(id);
-  if (lone >= 0) return `has an "id" with a lone UTF-16 surrogate at index ${lone}`;
-  const bytes = utf8Length(id);
-  if (bytes > MAX_ID_BYTES) return `has an "id" of ${bytes} UTF-8 bytes; the limit is ${MAX_ID_BYTES}`;
-  return undefined;
-}
+export { idProblem, MAX_ID_BYTES } from '../index/index.js';
 
 export function checkId(id: unknown): string {
   const problem = idProblem(id);
@@ -25,25 +14,39 @@ export function checkId(id: unknown): string {
   return id as string;
 }
 
-/** Why `doc` cannot be stored (a phrase completing "the document ..."), or undefined when it can. */
-export function documentProblem(doc: unknown): string | undefined {
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
-    return `is ${Array.isArray(doc) ? 'an array' : doc === null ? 'null' : `a ${typeof doc}`}, not a JSON object`;
-  }
-  const problem = idProblem((doc as Doc).id);
-  if (problem) return problem;
-  if (Object.hasOwn(doc, '_version_') || Object.hasOwn(doc, '_shard_')) return 'sets a reserved field (_version_ or _shard_)';
-  return undefined;
+/** The refusal of the document at `position` (NDJSON `line`), or undefined when it is admitted. */
+export function admissionError(schema: CollectionSchema | undefined, doc: unknown, position: number, line?: number): ShardexError | undefined {
+  const problem = admissionProblem(schema, doc);
+  if (problem === undefined) return undefined;
+  return new ShardexError('SHX_BAD_DOCUMENT', describeProblem(problem, position, line), {
+    details: { position, ...(line !== undefined && { line }), ...(problem.field !== undefined && { field: problem.field }) },
+  });
 }
 
-/** Validates a batch of documents and turns it into add ops (phase NONE: no versions yet). */
-export function toAddOps(docs: readonly unknown[]): WireOp[] {
+/**
+ * Admits a batch of documents and turns it into add ops (phase NONE: no versions yet). `lines`
+ * gives each document's NDJSON line, when the batch came as NDJSON.
+ */
+export function toAddOps(docs: readonly unknown[], schema?: CollectionSchema, lines?: readonly number[]): WireOp[] {
   const ops: WireOp[] = new Array(docs.length);
   for (let i = 0; i < docs.length; i++) {
     const doc = docs[i];
-    const problem = documentProblem(doc);
-    if (problem) throw new ShardexError('SHX_BAD_DOCUMENT', `document ${i} ${problem}; nothing was written`, { details: { position: i } });
+    const refused = admissionError(schema, doc, i, lines?.[i]);
+    if (refused) throw refused;
     ops[i] = { id: (doc as Doc).id as string, doc: doc as Doc };
   }
   return ops;
+}
+
+/** The leader's admission of forwarded ops (the sender checked them too; a peer may run older code). */
+export function admitOps(ops: readonly WireOp[], schema: CollectionSchema): void {
+  for (let i = 0; i < ops.length; i++) {
+    const op = ops[i]!;
+    // A delete is its id only.
+    const refused = admissionError(op.doc === null ? undefined : schema, op.doc ?? { id: op.id }, i);
+    if (refused) throw refused;
+    if (op.doc !== null && op.doc.id !== op.id) {
+      throw new ShardexError('SHX_BAD_DOCUMENT', describeProblem({ message: `has "id" ${JSON.stringify(op.doc.id)} but travels as ${JSON.stringify(op.id)}` }, i), { details: { position: i } });
+    }
+  }
 }

@@ -1,16 +1,20 @@
-// Bringing a replica up to date from a peer: peer sync (the peer's update log after our
-// newest version, less a reorder window) when the peer's log reaches back far enough, else a
-// full copy of the peer's documents followed by a peer sync. Both are idempotent: the
-// per-id version rule of the replica store drops whatever we already have.
-import type { StoredEntry } from '../ulog/index.js';
+// Bringing a replica up to date from a peer, so that it ends with exactly the peer's id -> version
+// map: peer sync (the peer's update log after our newest version, less a reorder window) when the
+// peer's log reaches back far enough, else a full copy of the peer's documents followed by a peer
+// sync. After a peer sync, our own recent log entries are checked against the peer's log: an
+// entry the peer does not hold (a deposed leader's write that nobody acknowledged) is replaced
+// by the peer's entry for that id, or removed. Applying is idempotent: the per-id version rule of the
+// replica store drops whatever we already have.
+import type { ReplicaStore, StoredEntry } from '../ulog/index.js';
 import type { ShardReplica } from './replica.js';
+import { epochBase, epochOf } from './shard-state.js';
 
 /**
- * Updates of one shard reach a replica in any order within the time a request is in
- * flight; a replica's newest version therefore does not prove it holds every older one.
- * Peer sync re-reads this much of the version clock (5 minutes) below our newest version.
+ * Updates of one shard reach a replica in any order while requests are in flight; a replica's
+ * newest version therefore does not prove it holds every older one. Peer sync re-reads this many
+ * versions of the leader's counter below our newest version (far more than can be in flight).
  */
-export const REORDER_WINDOW = 5 * 60 * 1000 * 1024;
+export const REORDER_WINDOW = 50_000;
 
 export interface PeerLogInfo {
   readonly maxVersion: number;
@@ -26,6 +30,8 @@ export interface PeerLogInfo {
 export interface SyncSource {
   info(): Promise<PeerLogInfo>;
   updatesAfter(after: number, limit: number): Promise<StoredEntry[]>;
+  /** The peer's current entries (tombstones included) of these ids; undefined where it has none. */
+  entries(ids: readonly string[]): Promise<Array<StoredEntry | undefined>>;
   copy(): AsyncIterable<StoredEntry[]>;
 }
 
@@ -35,43 +41,88 @@ export interface RecoveryReport {
   readonly method: RecoveryMethod;
   readonly applied: number;
   readonly copied: number;
+  /** Our entries the peer did not hold, replaced by its entries or removed. */
+  readonly reverted: number;
 }
 
 const PAGE = 5000;
+const ENTRIES_PAGE = 1000;
 
-/** Where a peer sync of `replica` must start reading the peer's log. */
-export function syncStart(localMax: number): number {
-  return Math.max(0, localMax - REORDER_WINDOW);
+/**
+ * Where a peer sync must start: REORDER_WINDOW versions below `localMax`. Versions are
+ * epoch-major, so when that point falls below our newest epoch's base it is taken from the
+ * newest version we hold of an earlier epoch (`earlierMax`) instead: the gap between epochs holds no versions.
+ */
+export function syncStart(localMax: number, earlierMax = 0): number {
+  const start = localMax - REORDER_WINDOW;
+  if (start >= epochBase(epochOf(localMax))) return Math.max(0, start);
+  return Math.max(0, Math.min(start, earlierMax - REORDER_WINDOW));
+}
+
+/** syncStart() for the newest version `store` holds. */
+export async function syncStartOf(store: ReplicaStore): Promise<number> {
+  const localMax = store.maxVersion;
+  const base = epochBase(epochOf(localMax));
+  const earlier = localMax - REORDER_WINDOW < base ? await store.newestVersionBelow(base) : 0;
+  return syncStart(localMax, earlier);
 }
 
 /** True when the peer's log reaches back to `from` (nothing we may lack was trimmed). */
-export function canPeerSync(localMax: number, peer: PeerLogInfo): boolean {
-  return localMax === 0 ? peer.trimmedThrough === 0 : peer.trimmedThrough <= syncStart(localMax);
+export function canPeerSync(localMax: number, from: number, peer: PeerLogInfo): boolean {
+  return localMax === 0 ? peer.trimmedThrough === 0 : peer.trimmedThrough <= from;
 }
 
-/** Applies the peer's log entries after `from`, page by page. Returns the count applied. */
-export async function peerSync(replica: ShardReplica, source: SyncSource, from: number): Promise<number> {
+/**
+ * Applies the peer's log entries after `from`, page by page. Returns the count applied; with
+ * `seen`, also collects every version the peer's log holds after `from`.
+ */
+export async function peerSync(replica: ShardReplica, source: SyncSource, from: number, seen?: Set<number>): Promise<number> {
   let after = from;
   let applied = 0;
   for (;;) {
     const page = await source.updatesAfter(after, PAGE);
     if (page.length === 0) return applied;
+    if (seen) for (const e of page) seen.add(e.version);
     applied += (await replica.apply(page)).length;
     after = page[page.length - 1]!.version;
     if (page.length < PAGE) return applied;
   }
 }
 
-/** Brings `replica` up to the peer's state (what was in the peer when this ran). */
+/**
+ * Makes every id whose current version we logged after `from` and the peer's log lacks (`seen`
+ * holds what it has after `from`) hold what the peer holds for it, unless a newer update of the
+ * peer's reached us since `ceiling` (the peer's newest version before the sync). Those are the
+ * writes a deposed leader applied and nobody acknowledged; normally there are none.
+ */
+export async function converge(replica: ShardReplica, source: SyncSource, from: number, ceiling: number, seen: ReadonlySet<number>): Promise<number> {
+  const suspects: string[] = [];
+  for (const e of await replica.store.recentEntries(from, REORDER_WINDOW)) {
+    if (e.version <= ceiling && !seen.has(e.version) && replica.store.versionOf(e.id) === e.version) suspects.push(e.id);
+  }
+  let reverted = 0;
+  for (let i = 0; i < suspects.length; i += ENTRIES_PAGE) {
+    const chunk = suspects.slice(i, i + ENTRIES_PAGE);
+    const theirs = await source.entries(chunk);
+    reverted += await replica.reconcile(chunk.map((id, j) => ({ id, leader: theirs[j] })), ceiling);
+  }
+  return reverted;
+}
+
+/** Brings `replica` to the peer's state (what was in the peer when this ran). */
 export async function syncFrom(replica: ShardReplica, source: SyncSource, info: PeerLogInfo): Promise<RecoveryReport> {
   const localMax = replica.store.maxVersion;
-  if (canPeerSync(localMax, info)) {
-    return { method: 'peer-sync', applied: await peerSync(replica, source, syncStart(localMax)), copied: 0 };
+  const from = await syncStartOf(replica.store);
+  if (canPeerSync(localMax, from, info)) {
+    const seen = new Set<number>();
+    const applied = await peerSync(replica, source, from, seen);
+    const reverted = localMax === 0 ? 0 : await converge(replica, source, from, info.maxVersion, seen);
+    return { method: 'peer-sync', applied, copied: 0, reverted };
   }
   await replica.reset();
   let copied = 0;
   for await (const chunk of source.copy()) copied += (await replica.apply(chunk)).length;
   // Whatever landed at the peer while we copied is in its log after the copy's start.
   const applied = await peerSync(replica, source, syncStart(Math.min(info.maxVersion, replica.store.maxVersion)));
-  return { method: 'full-copy', applied, copied };
+  return { method: 'full-copy', applied, copied, reverted: 0 };
 }

@@ -1,9 +1,11 @@
-// One shard replica hosted by a node: its durable store, its search index, and its place in
-// the shard (leader or follower, leadership epoch, recovery state).
+// One shard replica hosted by a node: its durable store, its search index, and its place in the
+// shard, kept by the pure machine of shard-state.ts. This class is the shell around it: it feeds
+// the machine events and hands the effects back to whoever performs them.
 import type { Logger } from 'pino';
 import { ShardIndex, type CollectionSchema, type StoredDoc } from '../index/index.js';
-import type { ReplicaStore, UpdateOp } from '../ulog/index.js';
+import type { Reconcile, ReplicaStore, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
+import { INITIAL, step, type Health, type Role, type ShardEffect, type ShardEvent, type ShardState } from './shard-state.js';
 
 /** What the replica tells its search index after each applied batch. */
 export interface ReplicaIndex {
@@ -30,75 +32,94 @@ export class SearchIndexBinding implements ReplicaIndex {
   }
 }
 
-export type ReplicaRole = 'leader' | 'follower';
-export type RecoveryState = 'active' | 'recovering';
-
-/** Solr's VersionInfo clock, scaled so that versions stay exact JS integers (< 2^53):
- *  max(now_ms x 1024, last + 1). Solr shifts by 20 bits into a Java long; 10 bits keep
- *  a thousand versions per millisecond per shard before the clock runs ahead, and fit
- *  doubles until the year 2245. */
-export function nextVersion(last: number, nowMs: number): number {
-  return Math.max(nowMs * 1024, last + 1);
-}
-
 export class ShardReplica {
   readonly collection: string;
   readonly shard: string;
   readonly store: ReplicaStore;
   index: ReplicaIndex | undefined;
-  role: ReplicaRole = 'follower';
-  /** Epoch of this replica's own leadership (when leader). */
-  epoch = 0;
-  /** Newest leadership epoch seen from any leader: older ones are fenced off. */
-  maxEpochSeen = 0;
-  state: RecoveryState = 'active';
-  /** A recovery is running (at most one at a time). */
-  recovering = false;
   /** Serializes version assignment with the local write at the leader. */
   readonly lock = new Mutex();
-  private lastVersion: number;
+  /** A recovery is running (at most one at a time). */
+  recovering = false;
+  private s: ShardState;
   private readonly log: Logger;
 
   constructor(collection: string, shard: string, store: ReplicaStore, log: Logger) {
     this.collection = collection;
     this.shard = shard;
     this.store = store;
-    this.lastVersion = store.maxVersion;
     this.log = log;
+    this.s = step(INITIAL, { type: 'opened', fence: store.fence, maxVersion: store.maxVersion }).state;
   }
 
   get key(): string {
     return `${this.collection}/${this.shard}`;
   }
 
-  /** Assigns the next version; call under `lock`. */
-  assignVersion(): number {
-    this.lastVersion = nextVersion(Math.max(this.lastVersion, this.store.maxVersion), Date.now());
-    return this.lastVersion;
+  get state(): ShardState {
+    return this.s;
+  }
+
+  get role(): Role {
+    return this.s.role;
+  }
+
+  /** This replica's own leadership epoch (candidate or leader), else 0. */
+  get epoch(): number {
+    return this.s.epoch;
+  }
+
+  /** Newest leadership epoch seen: older ones are fenced off. */
+  get fence(): number {
+    return this.s.fence;
+  }
+
+  get health(): Health {
+    return this.s.health;
+  }
+
+  /** Feeds one event to the shard's machine; returns the effects the caller must perform. */
+  step(event: ShardEvent): readonly ShardEffect[] {
+    const before = this.s;
+    const { state, effects } = step(before, event);
+    this.s = state;
+    if (state.role !== before.role || state.health !== before.health) {
+      this.log.info({ replica: this.key, role: state.role, epoch: state.epoch, fence: state.fence, health: state.health, event: event.type }, 'replica state changed');
+    }
+    return effects;
   }
 
   /** Applies ops newer than what is stored, durably, then to the index. Returns those applied. */
-  async apply(ops: readonly UpdateOp[]): Promise<UpdateOp[]> {
-    const applied = await this.store.apply(ops);
-    if (applied.length > 0) this.index?.apply(applied);
+  async apply(ops: readonly UpdateOp[], opts: { readonly fence?: number } = {}): Promise<UpdateOp[]> {
+    const applied = await this.store.apply(ops, opts);
+    if (applied.length > 0) {
+      this.step({ type: 'stored', maxVersion: this.store.maxVersion });
+      this.indexApplied(applied);
+    }
     return applied;
   }
 
-  /** Drops everything (before a full copy from the leader). */
+  /** Tells the index; admission made every logged document indexable, so a failure here is a bug to report, not a refusal. */
+  indexApplied(ops: readonly UpdateOp[]): void {
+    try {
+      this.index?.apply(ops);
+    } catch (err) {
+      this.log.error({ replica: this.key, err }, 'the index refused an admitted update; search results may lack it until the replica is rebuilt');
+    }
+  }
+
+  /** Makes the given ids hold exactly the leader's entries (see ReplicaStore.reconcile); returns how many changed. */
+  async reconcile(items: readonly Reconcile[], ceiling: number): Promise<number> {
+    const changed = await this.store.reconcile(items, ceiling);
+    if (changed.length > 0) {
+      this.indexApplied(changed.map((c) => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null })));
+    }
+    return changed.length;
+  }
+
+  /** Drops everything (before a full copy from the leader); the fence stays. */
   async reset(): Promise<void> {
     await this.store.clear();
     this.index?.clear();
-  }
-
-  becomeLeader(epoch: number): void {
-    this.role = 'leader';
-    this.epoch = epoch;
-    this.maxEpochSeen = Math.max(this.maxEpochSeen, epoch);
-    this.log.info({ replica: this.key, epoch }, 'replica leads its shard');
-  }
-
-  becomeFollower(): void {
-    if (this.role === 'leader') this.log.info({ replica: this.key, epoch: this.epoch }, 'replica no longer leads');
-    this.role = 'follower';
   }
 }

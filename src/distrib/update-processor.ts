@@ -4,15 +4,33 @@
 //               once every active replica has it or was marked down (terms raised);
 //   FROMLEADER  a replica: refuse an older leadership epoch, drop versions not newer than
 //               the stored one, never forward.
+// Which role a replica has, which versions it assigns and what a fan-out's outcome means are the
+// shard machine's decisions (shard-state.ts); this file sends, writes and answers.
+//
+// Answers are definite or indeterminate. Definite refusals (every 4xx, SHX_NO_LEADER,
+// SHX_NOT_LEADER, SHX_STARTING) are given only before any replica applied anything. Once a write
+// may have been applied somewhere, a failure is SHX_INDETERMINATE: it may or may not stand.
 import type { Logger } from 'pino';
 import type { Coordinator, CollectionState } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
 import { ShardRouter, parseRange, type RouterName } from '../hashrange/index.js';
+import type { CollectionSchema } from '../index/index.js';
 import { docText, type UpdateOp } from '../ulog/index.js';
 import type { CommandDistributor } from './distributor.js';
+import { admitOps } from './documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from './protocol.js';
 import type { ShardReplica } from './replica.js';
 import { isTransient, linearBackoff, sleep, type BackoffPolicy } from './retry.js';
+import type { ShardEffect } from './shard-state.js';
+
+/** Error codes that prove nothing was applied anywhere (README: definite refusals). */
+const NOTHING_APPLIED: ReadonlySet<string> = new Set(['SHX_NO_LEADER', 'SHX_NOT_LEADER', 'SHX_STARTING', 'SHX_COLLECTION_NOT_FOUND']);
+
+/** True when `err` proves the update it answers was applied nowhere. */
+export function isDefiniteRefusal(err: unknown): boolean {
+  if (!(err instanceof ShardexError)) return false;
+  return (err.status >= 400 && err.status < 500) || NOTHING_APPLIED.has(err.code);
+}
 
 export interface UpdateResponse {
   /** Lowest achieved replication factor over the shards written. */
@@ -25,6 +43,10 @@ export interface UpdateProcessorOptions {
   readonly self: string;
   readonly coordinator: Coordinator;
   readonly replica: (collection: string, shard: string) => ShardReplica | undefined;
+  /** The collection's schema: the leader admits forwarded documents again before it versions them. */
+  readonly schema: (collection: string) => CollectionSchema;
+  /** Performs the shard machine's node-level effects (resign, recover, auto-commit). */
+  readonly perform: (replica: ShardReplica, effects: readonly ShardEffect[]) => void;
   readonly distributor: CommandDistributor;
   readonly logger: Logger;
   /** Solr: solr.retries.on.forward = 25. */
@@ -100,10 +122,15 @@ export class UpdateProcessor {
       rf = Math.min(rf, s.value.rf);
     }
     if (failures.length > 0) {
+      const written = Object.keys(versions).length;
+      const message = failures.map((f) => f.message).join('; ');
+      // Shards are written independently: once one may have stored its part, the batch as a
+      // whole is not refused, it is indeterminate (retrying it is safe: adds and deletes by id are idempotent).
+      if (written > 0 || !failures.every(isDefiniteRefusal)) {
+        throw new ShardexError('SHX_INDETERMINATE', `the update may be partly or wholly applied: ${message}`, { details: { written } });
+      }
       const first = failures.find((f) => !f.retryable) ?? failures[0]!;
-      throw new ShardexError(first.code, failures.map((f) => f.message).join('; '), {
-        details: { written: Object.keys(versions).length },
-      });
+      throw new ShardexError(first.code, message, { details: { written: 0 } });
     }
     if (rf === Infinity) rf = 0;
     return { rf, versions, minRfMet: rf >= minRf };
@@ -112,6 +139,7 @@ export class UpdateProcessor {
   private async sendToLeader(collection: string, shard: string, ops: WireOp[], minRf: number): Promise<ShardUpdateResult> {
     const update: ShardUpdate = { collection, shard, phase: 'TOLEADER', epoch: 0, ops, minRf, from: this.o.self };
     const retries = this.o.forwardRetries ?? 25;
+    let maybeApplied = false;
     for (let attempt = 0; ; attempt++) {
       try {
         // Look the leader up again before every try: it may have changed (Solr's ForwardNode).
@@ -121,7 +149,14 @@ export class UpdateProcessor {
         this.o.onForward?.('TOLEADER', ops.length);
         return await this.o.distributor.submit(leader.node, update, { maxRetries: 0 });
       } catch (err) {
-        if (!isTransient(err) || attempt >= retries) throw err;
+        if (!isDefiniteRefusal(err)) maybeApplied = true;
+        if (!isTransient(err) || attempt >= retries) {
+          // An earlier try may have been applied: a later definite refusal does not undo it.
+          if (maybeApplied && err instanceof ShardexError && err.status >= 500) {
+            throw new ShardexError('SHX_INDETERMINATE', `the update to ${collection}/${shard} may or may not stand: ${err.message}`, { cause: err });
+          }
+          throw err;
+        }
         await sleep(this.backoff(attempt + 1));
       }
     }
@@ -131,77 +166,92 @@ export class UpdateProcessor {
   async toLeader(update: ShardUpdate): Promise<ShardUpdateResult> {
     const replica = this.o.replica(update.collection, update.shard);
     const current = this.o.coordinator.leader(update.collection, update.shard);
-    if (
-      !replica ||
-      replica.role !== 'leader' ||
-      !this.o.coordinator.canActAsLeader() ||
-      (current !== undefined && current.epoch > replica.epoch)
-    ) {
-      throw new ShardexError('SHX_NOT_LEADER', `${this.o.self} is not the leader of ${update.collection}/${update.shard}; retry to refresh the leader`);
+    if (!replica || !this.o.coordinator.canActAsLeader() || (current !== undefined && current.epoch > replica.epoch)) {
+      throw this.notLeader(update, 'is not the leader');
     }
+    // Admission again, before the lock: after the log write, applying cannot fail.
+    admitOps(update.ops, this.o.schema(update.collection));
     const ops = await replica.lock.run(async () => {
+      const effects = replica.step({ type: 'update', count: update.ops.length });
+      this.perform(replica, effects);
+      const refused = effects.find((e) => e.type === 'refuse');
+      if (refused) throw this.notLeader(update, refused.why);
+      const versions = effects.find((e) => e.type === 'accept')?.versions ?? [];
       // The text is made here if the request did not bring it: the log and every replica use it.
-      const versioned: UpdateOp[] = update.ops.map((op) => ({ id: op.id, version: replica.assignVersion(), doc: op.doc, text: docText(op) }));
+      const versioned: UpdateOp[] = update.ops.map((op, i) => ({ id: op.id, version: versions[i]!, doc: op.doc, text: docText(op) }));
       await replica.apply(versioned);
       return versioned;
     });
-    const rf = 1 + (await this.fanOut(replica, ops, update.minRf));
+    const rf = await this.fanOut(replica, ops, update.minRf);
     const versions: Record<string, number> = Object.create(null) as Record<string, number>;
     for (const op of ops) versions[op.id] = op.version;
     return { rf, versions };
   }
 
-  /** Sends FROMLEADER to every replica that is not down; returns how many acknowledged. */
+  private notLeader(update: ShardUpdate, why: string): ShardexError {
+    return new ShardexError('SHX_NOT_LEADER', `${this.o.self} ${why} of ${update.collection}/${update.shard}; retry to reach the leader (nothing was applied)`);
+  }
+
+  /** Performs the effects this processor owns; the node performs the rest. */
+  private perform(replica: ShardReplica, effects: readonly ShardEffect[]): void {
+    const node = effects.filter((e) => e.type === 'resign' || e.type === 'recover' || e.type === 'stopAutoCommit' || e.type === 'startAutoCommit');
+    if (node.length > 0) this.o.perform(replica, node);
+  }
+
+  /**
+   * Sends FROMLEADER to every replica that is not down and lets the shard machine judge the
+   * outcome; returns the achieved replication factor, or throws its refusal.
+   */
   private async fanOut(replica: ShardReplica, ops: readonly UpdateOp[], minRf: number): Promise<number> {
     const state = this.collection(replica.collection);
     const shard = state.shards.find((s) => s.name === replica.shard);
     const others = (shard?.replicas ?? []).filter((r) => r.node !== this.o.self && r.state !== 'down');
-    // A replica whose node is gone will miss this update: mark it down now, without retries.
+    // A replica whose node is gone will miss this update: it is marked down now, without retries.
     const gone = others.filter((r) => !this.o.coordinator.isLive(r.node)).map((r) => r.node);
-    const targets = others.filter((r) => this.o.coordinator.isLive(r.node));
-    if (gone.length > 0) await this.markBehind(replica, targets.map((t) => t.node), gone);
-    if (targets.length === 0) return 0;
-    const wire: WireOp[] = ops.map((op) => ({ id: op.id, v: op.version, doc: op.doc, text: op.text }));
-    const update: ShardUpdate = {
-      collection: replica.collection,
-      shard: replica.shard,
-      phase: 'FROMLEADER',
-      epoch: replica.epoch,
-      ops: wire,
-      minRf,
-      from: this.o.self,
-    };
-    this.o.onForward?.('FROMLEADER', ops.length * targets.length);
-    const settled = await Promise.allSettled(
-      targets.map((t) => this.o.distributor.submit(t.node, update, { maxRetries: this.o.replicaRetries ?? 3 })),
-    );
-    let acked = 0;
-    const behind: string[] = [];
-    settled.forEach((s, i) => {
-      if (s.status === 'fulfilled') acked++;
-      else if (s.reason instanceof ShardexError && s.reason.code === 'SHX_STALE_EPOCH') {
-        replica.becomeFollower();
-        throw new ShardexError('SHX_NOT_LEADER', `${this.o.self} was deposed as leader of ${replica.key}; retry to reach the new leader`);
-      } else behind.push(targets[i]!.node);
-    });
-    if (behind.length > 0) await this.markBehind(replica, targets.map((t) => t.node).filter((n) => !behind.includes(n)), behind);
-    return acked;
+    const targets = others.filter((r) => this.o.coordinator.isLive(r.node)).map((r) => r.node);
+    const acked: string[] = [];
+    const stale: string[] = [];
+    const unreachable: string[] = [...gone];
+    if (targets.length > 0) {
+      const wire: WireOp[] = ops.map((op) => ({ id: op.id, v: op.version, doc: op.doc, text: op.text }));
+      const update: ShardUpdate = { collection: replica.collection, shard: replica.shard, phase: 'FROMLEADER', epoch: replica.epoch, ops: wire, minRf, from: this.o.self };
+      this.o.onForward?.('FROMLEADER', ops.length * targets.length);
+      const settled = await Promise.allSettled(targets.map((t) => this.o.distributor.submit(t, update, { maxRetries: this.o.replicaRetries ?? 3 })));
+      settled.forEach((s, i) => {
+        if (s.status === 'fulfilled') acked.push(targets[i]!);
+        else if (s.reason instanceof ShardexError && s.reason.code === 'SHX_STALE_EPOCH') stale.push(targets[i]!);
+        else unreachable.push(targets[i]!);
+      });
+    }
+    let effects = replica.step({ type: 'fannedOut', acked, stale, unreachable });
+    const markDown = effects.find((e) => e.type === 'markDown');
+    if (markDown) effects = replica.step({ type: 'markedDown', ok: await this.markBehind(replica, acked, markDown.nodes), acked: acked.length });
+    this.perform(replica, effects);
+    const refused = effects.find((e) => e.type === 'refuse');
+    if (refused) {
+      this.o.logger.warn({ replica: replica.key, why: refused.why }, 'update not acknowledged');
+      throw new ShardexError(refused.code, `${this.o.self} ${refused.why} (${replica.key}); retry: adds and deletes by id are idempotent`);
+    }
+    const ack = effects.find((e) => e.type === 'acknowledge');
+    return ack?.rf ?? 1;
   }
 
   /**
    * A replica that missed an acknowledged update must recover before it serves or leads:
-   * raise the healthy replicas' terms above its term, then mark it down. If coordination
-   * cannot record that, the write is not acknowledged.
+   * raise the healthy replicas' terms above its term, then mark it down. False when
+   * coordination could not record that (the write is then not acknowledged).
    */
-  private async markBehind(replica: ShardReplica, healthy: string[], behind: string[]): Promise<void> {
+  private async markBehind(replica: ShardReplica, healthy: string[], behind: readonly string[]): Promise<boolean> {
     // A stopping node's sends fail because it stops, not because the replicas are behind.
-    if (this.o.isStopping?.()) throw new ShardexError('SHX_UNAVAILABLE', `${this.o.self} is shutting down; retry on another node`);
+    if (this.o.isStopping?.()) return false;
     this.o.logger.warn({ replica: replica.key, behind }, 'replicas missed an update; marking them down');
     try {
       await this.o.coordinator.raiseTerms(replica.collection, replica.shard, [this.o.self, ...healthy], behind);
       for (const node of behind) await this.o.coordinator.setReplicaState(replica.collection, replica.shard, node, 'down');
+      return true;
     } catch (err) {
-      throw new ShardexError('SHX_UNAVAILABLE', `could not mark replicas ${behind.join(', ')} of ${replica.key} down: ${(err as Error).message}`, { cause: err });
+      this.o.logger.warn({ replica: replica.key, behind, err: (err as Error).message }, 'could not mark replicas down');
+      return false;
     }
   }
 
@@ -215,14 +265,14 @@ export class UpdateProcessor {
       if (typeof op.v !== 'number') throw new ShardexError('SHX_BAD_REQUEST', `update for '${op.id}' from ${update.from} has no version`);
       ops.push({ id: op.id, version: op.v, doc: op.doc, text: op.text });
     }
-    if (update.epoch < replica.maxEpochSeen) {
-      throw new ShardexError('SHX_STALE_EPOCH', `update from ${update.from} carries leadership epoch ${update.epoch}, older than ${replica.maxEpochSeen}`);
-    }
-    replica.maxEpochSeen = update.epoch;
-    if (replica.role === 'leader' && update.epoch > replica.epoch) replica.becomeFollower();
+    const effects = replica.step({ type: 'fromLeader', epoch: update.epoch });
+    this.perform(replica, effects);
+    const refused = effects.find((e) => e.type === 'refuse');
+    if (refused) throw new ShardexError('SHX_STALE_EPOCH', `update from ${update.from} ${refused.why}`);
     // Applied (durably) even while recovering: the per-id version rule makes it safe to mix
-    // with what the recovery copies, and an acknowledged update is then on disk.
-    const applied = await replica.apply(ops);
+    // with what the recovery copies, and an acknowledged update is then on disk. The fence moves
+    // in the same batch; an empty update is a new leader's announcement of its epoch.
+    const applied = await replica.apply(ops, { fence: update.epoch });
     return { rf: 1, applied: applied.length };
   }
 }

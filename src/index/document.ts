@@ -1,15 +1,59 @@
-// What a document may hold, checked against the schema before anything is written (so the
-// update path can reject a bad document with a 400 before it is versioned or logged), and the
+// The one document checker (admission): what a document may hold, checked against the
+// collection's schema before anything is written, at the node that receives a request and again
+// at the shard leader, so that applying a logged update to the index can never fail. Also the
 // stored-field projection of search results (`fields=id,title`).
 
 import { ShardexError } from '../errors.js';
+import { loneSurrogateIndex, utf8Length } from '../hashrange/murmur3.js';
 import { describe, KEYWORD_SUFFIX, RESERVED_DOC_KEYS, type CollectionSchema, type FieldDef } from './schema.js';
 import { toDate, toNumber } from './values.js';
 
 export type StoredDoc = Record<string, unknown>;
 
-/** Why the index cannot take `doc`, or undefined when it can. */
-export function documentProblem(schema: CollectionSchema, doc: unknown): { field?: string; message: string } | undefined {
+export const MAX_ID_BYTES = 512;
+
+/** Why `id` cannot be a document id (a phrase completing "the document ..."), or undefined when it can. */
+export function idProblem(id: unknown): string | undefined {
+  if (id === undefined || id === null) return 'has no "id"';
+  if (typeof id !== 'string') return `has an "id" that is ${Array.isArray(id) ? 'an array' : typeof id === 'object' ? 'an object' : `a ${typeof id}`}, not a string`;
+  if (id.length === 0) return 'has an empty "id"';
+  const lone = loneSurrogateIndex(id);
+  if (lone >= 0) return `has an "id" with a lone UTF-16 surrogate at index ${lone}`;
+  const bytes = utf8Length(id);
+  if (bytes > MAX_ID_BYTES) return `has an "id" of ${bytes} UTF-8 bytes; the limit is ${MAX_ID_BYTES}`;
+  return undefined;
+}
+
+/** What is wrong with a document: its shape or id (`field` absent), or one field's value. */
+export interface DocumentProblem {
+  /** Completes "the document ..." when `field` is absent; else a sentence about the field. */
+  readonly message: string;
+  readonly field?: string;
+}
+
+/**
+ * Everything that would make a document refused, anywhere: not an object, its id, a reserved
+ * key, or a value its field cannot hold (declared types, dynamic-mapping rules). The HTTP API,
+ * the leader, the smart client and `shardex import` all ask this one function.
+ */
+export function admissionProblem(schema: CollectionSchema | undefined, doc: unknown): DocumentProblem | undefined {
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
+    return { message: `is ${Array.isArray(doc) ? 'an array' : doc === null ? 'null' : `a ${typeof doc}`}, not a JSON object` };
+  }
+  const id = idProblem((doc as StoredDoc).id);
+  if (id) return { message: id };
+  if (Object.hasOwn(doc, '_version_') || Object.hasOwn(doc, '_shard_')) return { message: 'sets a reserved field (_version_ or _shard_)' };
+  return schema === undefined ? undefined : documentProblem(schema, doc);
+}
+
+/** The problem as a sentence about document `position` (and NDJSON `line`), ending "nothing was written". */
+export function describeProblem(p: DocumentProblem, position: number, line?: number): string {
+  const where = line === undefined ? `document ${position}` : `document ${position} (line ${line})`;
+  return `${where}${p.field === undefined ? ' ' : ': '}${p.message}; nothing was written`;
+}
+
+/** Why the index cannot take `doc`'s field values, or undefined when it can (see admissionProblem). */
+export function documentProblem(schema: CollectionSchema, doc: unknown): DocumentProblem | undefined {
   if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return { message: `a document must be a JSON object, got ${describe(doc)}` };
   const d = doc as StoredDoc;
   for (const key in d) {

@@ -1,6 +1,6 @@
 // The per-replica search index: what other parts may use.
 export { Analyzer, ENGLISH_STOP_WORDS, type AnalyzerOptions } from './analyzer.js';
-export { checkDocument, documentProblem, parseFieldList, projectFields, type StoredDoc } from './document.js';
+export { admissionProblem, checkDocument, describeProblem, documentProblem, idProblem, MAX_ID_BYTES, parseFieldList, projectFields, type DocumentProblem, type StoredDoc } from './document.js';
 export type { Query } from './query.js';
 export { parseQuery, MAX_QUERY_LENGTH, type ParseOptions } from './query-parser.js';
 export { parseSchema, FIELD_TYPES, KEYWORD_SUFFIX, type CollectionSchema, type FieldDef, type FieldType } from './schema.js';

@@ -96,7 +96,7 @@ export class DevCluster {
             if (s.replicas.some((r) => r.state !== 'active')) return false;
             if (!s.replicas.some((r) => r.node === node.name)) continue;
             const r = node.replica(c, s.name);
-            if (!r || r.state !== 'active' || r.recovering) return false;
+            if (!r || r.health !== 'active' || r.recovering) return false;
           }
         }
         return true;

@@ -12,14 +12,15 @@ import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ShardIndex, type StoredDoc } from '../index/index.js';
-import { peerSync, syncFrom, syncStart, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
+import { peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
+import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
 import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { ReadPath, type ReadOptions, type ReadTransport } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';
-import { ReplicaStore, type CommitPoint, type Doc, type StoredEntry } from '../ulog/index.js';
+import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type StoreWrite, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer, portError } from './grpc.js';
 import { buildHttp } from './http/app.js';
 
@@ -46,6 +47,16 @@ export interface ShardexNodeOptions {
   readonly callTimeoutMs?: number;
   /** Scan-server selector profiles (Accumulo's JSON); default: Accumulo's default profile. */
   readonly selectorProfiles?: unknown;
+  /** Observes every batch a replica writes to disk (tests check sync-before-ack with it). */
+  readonly onStoreWrite?: (replica: string, write: StoreWrite) => void;
+}
+
+/** A collection's durability as its cluster state says (default: `request`). */
+export function durabilityOf(state: CollectionState | undefined): Durability {
+  return {
+    mode: state?.durability ?? DEFAULT_DURABILITY.mode,
+    syncIntervalMs: state?.syncIntervalMs ?? DEFAULT_DURABILITY.syncIntervalMs,
+  };
 }
 
 interface ShardRef {
@@ -102,6 +113,8 @@ export class ShardexNode {
   private unsubscribe: (() => void) | undefined;
   private syncing: Promise<void> = Promise.resolve();
   private stopped = false;
+  /** Set once the node has read the cluster state and opened its replicas: until then it answers SHX_STARTING. */
+  private started = false;
   private readonly forwarded: Counter<'phase'>;
   private readonly recoveries: Counter<'method'>;
   private readonly readPath: ReadPath;
@@ -142,6 +155,8 @@ export class ShardexNode {
       self: this.name,
       coordinator: this.coordinator,
       replica: (c, s) => this.replicas.get(`${c}/${s}`),
+      schema: (c) => this.schemaOf(c),
+      perform: (replica, effects) => this.perform(replica, effects),
       distributor: this.distributor,
       logger: this.log,
       ...(opts.backoff && { backoff: opts.backoff }),
@@ -195,7 +210,18 @@ export class ShardexNode {
     this.unsubscribe = this.coordinator.onChange(() => this.scheduleSync());
     this.scheduleSync();
     await this.syncing;
+    this.started = true;
     this.log.info({ http: this.httpUrl, grpc: this.grpcAddress }, 'node started');
+  }
+
+  /** False until the node has read the cluster state (requests that need it get SHX_STARTING). */
+  get ready(): boolean {
+    return this.started && !this.stopped;
+  }
+
+  /** Throws SHX_STARTING until the node knows the cluster state: a definite, retryable answer. */
+  assertReady(): void {
+    if (!this.started) throw new ShardexError('SHX_STARTING', `node ${this.name} is starting and has not read the cluster state yet; retry shortly (nothing was done)`);
   }
 
   // ---- following the cluster state ----------------------------------------------------
@@ -216,8 +242,10 @@ export class ShardexNode {
       }
     }
     for (const replica of this.replicas.values()) {
-      const mine = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard)?.replicas.find((r) => r.node === this.name);
-      if (mine?.state === 'down' && replica.role !== 'leader' && !replica.recovering) void this.recover(replica);
+      const state = this.coordinator.collection(replica.collection);
+      replica.store.setDurability(durabilityOf(state));
+      const mine = state?.shards.find((s) => s.name === replica.shard)?.replicas.find((r) => r.node === this.name);
+      if (mine?.state === 'down' && replica.role === 'follower' && !replica.recovering) void this.recover(replica);
     }
     for (const [key, replica] of this.replicas) {
       if (wanted.has(key)) continue;
@@ -244,27 +272,33 @@ export class ShardexNode {
   private async openReplica(collection: string, shard: string): Promise<ShardReplica | undefined> {
     const key = `${collection}/${shard}`;
     const p = (async () => {
+      const onStoreWrite = this.o.onStoreWrite;
       const store = await ReplicaStore.open(this.replicaDir(collection, shard), {
+        durability: durabilityOf(this.coordinator.collection(collection)),
         ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
         ...(this.o.writeBufferMb !== undefined && { writeBufferSize: this.o.writeBufferMb * 1024 * 1024 }),
+        ...(onStoreWrite && { onWrite: (w: StoreWrite) => onStoreWrite(`${this.name}/${key}`, w) }),
       });
       const replica = new ShardReplica(collection, shard, store, this.log);
       // The index lives in memory: rebuild it from the stored documents before serving.
       const t0 = performance.now();
       const binding = new SearchIndexBinding(this.schemaOf(collection));
-      for await (const e of store.entries()) if (e.doc !== null) binding.index.add(e.id, e.doc as { id: string });
+      let unindexable = 0;
+      for await (const e of store.entries()) {
+        if (e.doc === null) continue;
+        try {
+          binding.index.add(e.id, e.doc as { id: string });
+        } catch {
+          // Only data written before admission existed can hold such a document: keep the replica usable.
+          unindexable++;
+        }
+      }
+      if (unindexable > 0) this.log.warn({ replica: key, unindexable }, 'stored documents the index refuses were left out of the search index');
       binding.index.trim();
       replica.index = binding;
       this.replicas.set(key, replica);
       this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, indexMs: Math.round(performance.now() - t0) }, 'replica opened');
-      await this.coordinator.joinElection(collection, shard, {
-        canLead: async () => this.mayLead(replica),
-        onElected: (epoch) => void this.takeLeadership(replica, epoch),
-        onLost: () => {
-          replica.becomeFollower();
-          this.stopAutoCommit(replica);
-        },
-      });
+      await this.joinElection(replica);
       // A replica that (re)starts catches up from its leader before it counts as active.
       void this.recover(replica);
       return replica;
@@ -274,6 +308,47 @@ export class ShardexNode {
       return await p;
     } finally {
       this.opening.delete(key);
+    }
+  }
+
+  private joinElection(replica: ShardReplica): Promise<void> {
+    return this.coordinator.joinElection(replica.collection, replica.shard, {
+      canLead: async () => this.mayLead(replica),
+      onElected: (epoch) => void this.takeLeadership(replica, epoch).catch((err) => this.log.error({ replica: replica.key, err }, 'taking leadership failed')),
+      onLost: () => this.perform(replica, replica.step({ type: 'lost' })),
+    });
+  }
+
+  /** Performs the shard machine's node-level effects. */
+  private perform(replica: ShardReplica, effects: readonly ShardEffect[]): void {
+    for (const e of effects) {
+      switch (e.type) {
+        case 'startAutoCommit':
+          this.startAutoCommit(replica);
+          break;
+        case 'stopAutoCommit':
+          this.stopAutoCommit(replica);
+          break;
+        case 'resign':
+          this.log.warn({ replica: replica.key, why: e.why }, 'replica resigns its leadership');
+          void this.resign(replica);
+          break;
+        case 'recover':
+          void this.recover(replica);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  /** Leaves the election and joins it again at the back of the queue (a new leadership gets a new epoch). */
+  private async resign(replica: ShardReplica): Promise<void> {
+    try {
+      await this.coordinator.leaveElection(replica.collection, replica.shard);
+      if (!this.stopped && this.replicas.get(replica.key) === replica) await this.joinElection(replica);
+    } catch (err) {
+      this.log.warn({ replica: replica.key, err: (err as Error).message }, 'could not rejoin the election; retrying on the next cluster change');
     }
   }
 
@@ -315,22 +390,36 @@ export class ShardexNode {
     return {
       info: () => this.peers.call<PeerLogInfo>(node, 'versions', { collection, shard, replica: this.name }),
       updatesAfter: (after, limit) => this.peers.call<StoredEntry[]>(node, 'updatesAfter', { collection, shard, after, limit }),
+      entries: async (ids) => (await this.peers.call<Array<StoredEntry | null>>(node, 'get', { collection, shard, ids })).map((e) => e ?? undefined),
       copy: () => this.peers.streamCall<StoredEntry[]>(node, 'copyShard', { collection, shard }),
     };
   }
 
   /**
-   * A new leader first pulls from every other live replica what they have beyond its own
-   * state (Solr's SyncStrategy), then accepts writes. Unreachable peers count as synced.
+   * A new leader persists its epoch and announces it to the replicas (so that a deposed leader's
+   * updates are refused from now on), pulls from every other live replica what they have beyond
+   * its own state (Solr's SyncStrategy), then accepts writes. Unreachable peers count as synced.
    */
   private async takeLeadership(replica: ShardReplica, epoch: number): Promise<void> {
-    replica.maxEpochSeen = Math.max(replica.maxEpochSeen, epoch);
+    const effects = replica.step({ type: 'elected', epoch });
+    this.perform(replica, effects);
+    if (!effects.some((e) => e.type === 'announce')) return;
+    await replica.apply([], { fence: epoch });
     const shard = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard);
-    const peers = (shard?.replicas ?? []).filter((r) => r.node !== this.name && r.state === 'active' && this.coordinator.isLive(r.node));
+    const live = (shard?.replicas ?? []).filter((r) => r.node !== this.name && this.coordinator.isLive(r.node));
+    const announcement: ShardUpdate = { collection: replica.collection, shard: replica.shard, phase: 'FROMLEADER', epoch, ops: [], minRf: 1, from: this.name };
+    await Promise.all(
+      live.map((p) =>
+        this.distributor.submit(p.node, announcement, { maxRetries: 0 }).catch((err: Error) => {
+          this.log.warn({ replica: replica.key, peer: p.node, err: err.message }, 'could not announce the new leadership epoch to a replica');
+        }),
+      ),
+    );
+    const peers = live.filter((r) => r.state === 'active');
     await Promise.all(
       peers.map(async (p) => {
         try {
-          const from = syncStart(replica.store.maxVersion);
+          const from = await syncStartOf(replica.store);
           const n = await peerSync(replica, this.syncSource(p.node, replica.collection, replica.shard), from);
           if (n > 0) this.log.info({ replica: replica.key, from: p.node, applied: n }, 'new leader synced updates from a replica');
         } catch (err) {
@@ -339,10 +428,8 @@ export class ShardexNode {
       }),
     );
     if (this.coordinator.leader(replica.collection, replica.shard)?.epoch !== epoch) return;
-    replica.state = 'active';
-    replica.becomeLeader(epoch);
-    this.startAutoCommit(replica);
-    await this.coordinator.setReplicaState(replica.collection, replica.shard, this.name, 'active').catch(() => undefined);
+    this.perform(replica, replica.step({ type: 'ready', epoch }));
+    if (replica.role === 'leader') await this.coordinator.setReplicaState(replica.collection, replica.shard, this.name, 'active').catch(() => undefined);
   }
 
   /**
@@ -357,13 +444,13 @@ export class ShardexNode {
     try {
       for (let attempt = 1; !this.stopped && this.replicas.get(replica.key) === replica; attempt++) {
         const leader = this.coordinator.leader(collection, shard);
-        if (leader?.node === this.name || replica.role === 'leader') return;
+        if (leader?.node === this.name || replica.role !== 'follower') return;
         if (!leader) {
           await this.waitFor(() => this.stopped || this.coordinator.leader(collection, shard) !== undefined, 60_000).catch(() => undefined);
           continue;
         }
         try {
-          replica.state = 'recovering';
+          replica.step({ type: 'recoveryStarted' });
           await this.coordinator.setReplicaState(collection, shard, this.name, 'recovering');
           const source = this.syncSource(leader.node, collection, shard);
           const info = await source.info();
@@ -372,7 +459,7 @@ export class ShardexNode {
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
           this.recoveries.inc({ method: report.method });
-          replica.state = 'active';
+          replica.step({ type: 'recoveryFinished' });
           this.log.info({ replica: replica.key, leader: leader.node, ...report }, 'replica recovered');
           return;
         } catch (err) {
@@ -407,7 +494,9 @@ export class ShardexNode {
   /** A replica whose term is behind the shard's highest missed acknowledged updates: it may not lead. */
   private async mayLead(replica: ShardReplica): Promise<boolean> {
     if (this.stopped) return false;
-    if (replica.recovering && replica.state === 'recovering') return false;
+    const shard = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard);
+    const activePeers = (shard?.replicas ?? []).filter((r) => r.node !== this.name && r.state === 'active' && this.coordinator.isLive(r.node)).length;
+    if (!mayStand(replica.state, activePeers)) return false;
     const terms = await this.coordinator.terms(replica.collection, replica.shard);
     const top = Math.max(0, ...Object.values(terms));
     return (terms[this.name] ?? 0) >= top;
@@ -419,7 +508,13 @@ export class ShardexNode {
 
   // ---- operations (called by the HTTP layer) ------------------------------------------
 
+  /** A collection's state, for requests: SHX_STARTING before the node has read the cluster. */
   collectionState(name: string): CollectionState {
+    this.assertReady();
+    return this.knownCollection(name);
+  }
+
+  private knownCollection(name: string): CollectionState {
     const state = this.coordinator.collection(name);
     if (!state) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${name}' does not exist; create it with POST /api/collections`);
     return state;
@@ -534,7 +629,7 @@ export class ShardexNode {
 
   /** The search schema of a collection (parsed once per cluster-state version). */
   schemaOf(collection: string): CollectionSchema {
-    const state = this.collectionState(collection);
+    const state = this.knownCollection(collection);
     let schema = this.schemas.get(state);
     if (!schema) {
       schema = parseSchema(state.fields);

@@ -2,7 +2,13 @@
 // documents keyed by id, both written in one atomic batch per applied request. A stored
 // entry is the same JSON text in both places: {"id","v","doc"} (doc null = tombstone).
 // Tombstones keep their version so that a late, older add cannot resurrect a deleted id.
+//
+// Writes are group-committed: applies issued while a batch is being written wait and go to disk
+// together in the next batch, so that concurrent requests share one sync. With durability
+// `request` every batch is synced (LevelDB `sync: true`) before its applies resolve, so a replica
+// that answers an update has it on disk; with `async` batches are synced every syncIntervalMs.
 import { Level } from 'level';
+import { ShardexError } from '../errors.js';
 
 export type Doc = Record<string, unknown>;
 
@@ -22,6 +28,27 @@ export interface CommitPoint {
   readonly at: number;
 }
 
+/** Elasticsearch's index.translog.durability: `request` syncs before answering, `async` on a timer. */
+export type DurabilityMode = 'request' | 'async';
+
+export interface Durability {
+  readonly mode: DurabilityMode;
+  /** With `async`: how often unsynced writes are synced (Elasticsearch's sync_interval, here 5 s). */
+  readonly syncIntervalMs: number;
+}
+
+export const DEFAULT_DURABILITY: Durability = { mode: 'request', syncIntervalMs: 5000 };
+
+/** One batch that reached LevelDB (for metrics and for the tests that check sync-before-ack). */
+export interface StoreWrite {
+  /** Versions the batch wrote (log entries). */
+  readonly versions: readonly number[];
+  /** The batch was synced to disk before it completed. */
+  readonly sync: boolean;
+  /** Applies the batch served (group commit merges concurrent ones). */
+  readonly applies: number;
+}
+
 export interface ReplicaStoreOptions {
   /** Update-log entries kept for peer sync; older ones are trimmed. */
   readonly logRetention?: number;
@@ -30,6 +57,9 @@ export interface ReplicaStoreOptions {
    * fewer, larger flushes and less compaction per write, for that much more memory per replica.
    */
   readonly writeBufferSize?: number;
+  readonly durability?: Durability;
+  /** Called after every batch written to LevelDB. */
+  readonly onWrite?: (w: StoreWrite) => void;
 }
 
 const LOG = 'l';
@@ -39,6 +69,12 @@ const DOC = 'd';
 const DOC_END = 'e';
 const COMMIT = 'm:commit';
 const TRIMMED = 'm:trimmed';
+/** The newest leadership epoch this replica has seen: leaders of older epochs are fenced off. */
+const FENCE = 'm:fence';
+const SYNC_MARK = 'm:sync';
+const FORMAT = 'm:format';
+/** Versions are epoch-major since format 2 (src/distrib/shard-state.ts). */
+const FORMAT_VERSION = '2';
 const VERSION_WIDTH = 16;
 
 export const logKey = (version: number): string => LOG + String(version).padStart(VERSION_WIDTH, '0');
@@ -58,6 +94,25 @@ export function decodeEntry(text: string): StoredEntry {
   return { id: e.id, version: e.v, doc: e.doc };
 }
 
+/** An id and the leader's entry for it (undefined: the leader has none). */
+export interface Reconcile {
+  readonly id: string;
+  readonly leader: StoredEntry | undefined;
+}
+
+type BatchOp = { type: 'put'; key: string; value: string } | { type: 'del'; key: string };
+interface Undo {
+  readonly prev: number | undefined;
+  readonly wasLive: boolean;
+}
+interface PendingBatch {
+  readonly ops: BatchOp[];
+  readonly versions: number[];
+  sync: boolean;
+  applies: number;
+  done: Promise<void>;
+}
+
 export class ReplicaStore {
   private readonly db: Level<string, string>;
   private readonly retention: number;
@@ -73,10 +128,20 @@ export class ReplicaStore {
   /** LevelDB snapshot of the latest commit point: what snapshot readers copy. */
   private commitSnapshot: { point: CommitPoint; snapshot: ReturnType<Level<string, string>['snapshot']> } | undefined;
   private trimmed = 0;
+  private fenceEpoch = 0;
+  private durability: Durability;
+  private readonly onWrite: ((w: StoreWrite) => void) | undefined;
+  /** Applies waiting for the batch in flight to finish: they go to disk together next. */
+  private pending: PendingBatch | undefined;
+  private unsynced = false;
+  private syncTimer: NodeJS.Timeout | undefined;
+  private closed = false;
 
-  private constructor(db: Level<string, string>, retention: number) {
+  private constructor(db: Level<string, string>, retention: number, opts: ReplicaStoreOptions) {
     this.db = db;
     this.retention = retention;
+    this.durability = opts.durability ?? DEFAULT_DURABILITY;
+    this.onWrite = opts.onWrite;
   }
 
   /** Opens (creating if needed) the store in `dir` and loads its version map. */
@@ -86,12 +151,37 @@ export class ReplicaStore {
       ...(opts.writeBufferSize !== undefined && { writeBufferSize: opts.writeBufferSize }),
     });
     await db.open();
-    const store = new ReplicaStore(db, opts.logRetention ?? 100_000);
+    const store = new ReplicaStore(db, opts.logRetention ?? 100_000, opts);
+    try {
+      await store.checkFormat(dir);
+    } catch (err) {
+      await db.close();
+      throw err;
+    }
     await store.load();
+    store.armSyncTimer();
     store.durableMax = store.maxVersionSeen;
     // What was on disk at open is committed: readers can serve it after a restart.
     await store.commit();
     return store;
+  }
+
+  private async checkFormat(dir: string): Promise<void> {
+    const format = await this.db.get(FORMAT);
+    if (format === FORMAT_VERSION) return;
+    if (format === undefined) {
+      let empty = true;
+      for await (const _ of this.db.keys({ limit: 1 })) empty = false;
+      if (empty) {
+        await this.db.put(FORMAT, FORMAT_VERSION, { sync: true });
+        return;
+      }
+    }
+    throw new ShardexError(
+      'SHX_BAD_CONFIG',
+      `the replica data in ${dir} was written by another Shardex version (format ${format ?? '1'}, this version reads ${FORMAT_VERSION}); ` +
+        'remove that directory so the replica recovers from its leader, or run the version that wrote it',
+    );
   }
 
   private async load(): Promise<void> {
@@ -111,6 +201,34 @@ export class ReplicaStore {
     if (t !== undefined) this.trimmed = Number(t);
     const c = await this.db.get(COMMIT);
     if (c !== undefined) this.commitPoint = JSON.parse(c) as CommitPoint;
+    const f = await this.db.get(FENCE);
+    if (f !== undefined) this.fenceEpoch = Number(f);
+  }
+
+  /** The newest leadership epoch recorded (0 = none yet); persisted with the data. */
+  get fence(): number {
+    return this.fenceEpoch;
+  }
+
+  get durabilityPolicy(): Durability {
+    return this.durability;
+  }
+
+  /** Changes the durability policy (a collection update); takes effect with the next batch. */
+  setDurability(d: Durability): void {
+    if (d.mode === this.durability.mode && d.syncIntervalMs === this.durability.syncIntervalMs) return;
+    this.durability = d;
+    this.armSyncTimer();
+  }
+
+  private armSyncTimer(): void {
+    if (this.syncTimer) clearInterval(this.syncTimer);
+    this.syncTimer = undefined;
+    if (this.durability.mode !== 'async' || this.closed) return;
+    this.syncTimer = setInterval(() => {
+      if (this.unsynced && !this.closed) this.enqueue([], true, []).catch(() => undefined);
+    }, this.durability.syncIntervalMs);
+    this.syncTimer.unref();
   }
 
   /** Newest version this replica holds (0 when empty). */
@@ -133,13 +251,15 @@ export class ReplicaStore {
   /**
    * Applies the ops whose version is newer than the stored version of their id, in one
    * atomic batch, and returns those applied. Older or repeated versions are dropped, which
-   * is what makes FROMLEADER idempotent and order-insensitive per id.
+   * is what makes FROMLEADER idempotent and order-insensitive per id. With `fence`, the
+   * replica's fence moves to that epoch in the same batch (never backwards). Resolves once
+   * the batch is on disk (synced, with durability `request`).
    */
-  apply(ops: readonly UpdateOp[]): Promise<UpdateOp[]> {
+  apply(ops: readonly UpdateOp[], opts: { readonly fence?: number } = {}): Promise<UpdateOp[]> {
     const applied: UpdateOp[] = [];
-    const undo: Array<{ readonly prev: number | undefined; readonly wasLive: boolean }> = [];
+    const undo: Undo[] = [];
+    const batch: BatchOp[] = [];
     const maxBefore = this.maxVersionSeen;
-    const batch: Array<{ type: 'put'; key: string; value: string }> = [];
     for (const op of ops) {
       const cur = this.versions.get(op.id);
       if (cur !== undefined && cur >= op.version) continue;
@@ -154,29 +274,112 @@ export class ReplicaStore {
       if (op.version > this.maxVersionSeen) this.maxVersionSeen = op.version;
       applied.push(op);
     }
+    if (opts.fence !== undefined && opts.fence > this.fenceEpoch) {
+      this.fenceEpoch = opts.fence;
+      batch.push({ type: 'put', key: FENCE, value: String(opts.fence) });
+    }
     if (batch.length === 0) return Promise.resolve(applied);
     const maxAfter = this.maxVersionSeen;
-    const write = this.writeChain.then(() => this.db.batch(batch));
-    // The log is counted and trimmed on the write chain, so that the count is what is on
-    // disk and concurrent applies never trim the same entries twice. A failed trim fails
-    // no write; the next write tries again.
-    const trimmed = write.then(() => {
-      if (maxAfter > this.durableMax) this.durableMax = maxAfter;
-      this.logCount += applied.length;
-      return this.logCount > this.retention * 1.1 ? this.trim() : undefined;
-    });
-    this.writeChain = trimmed.catch(() => undefined);
-    return write.then(
-      async () => {
-        await trimmed.catch(() => undefined);
-        return applied;
-      },
+    const written = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version));
+    return written.then(
+      () => applied,
       (err: unknown) => {
         this.undo(applied, undo);
         if (this.maxVersionSeen === maxAfter) this.maxVersionSeen = maxBefore;
         throw err;
       },
     );
+  }
+
+  /**
+   * Queues `batch` for the next group write. Everything queued while a write is in flight goes
+   * to disk in one LevelDB batch, synced if any of its applies asked for it.
+   */
+  private enqueue(batch: BatchOp[], sync: boolean, versions: readonly number[]): Promise<void> {
+    let p = this.pending;
+    if (p === undefined) {
+      const group: PendingBatch = { ops: [], versions: [], sync: false, applies: 0, done: undefined as unknown as Promise<void> };
+      group.done = this.writeChain.then(() => this.writeGroup(group));
+      this.writeChain = group.done.catch(() => undefined);
+      this.pending = p = group;
+    }
+    for (const op of batch) p.ops.push(op);
+    for (const v of versions) p.versions.push(v);
+    p.sync ||= sync;
+    p.applies++;
+    return p.done;
+  }
+
+  private async writeGroup(group: PendingBatch): Promise<void> {
+    // From here on, new applies start the next group.
+    if (this.pending === group) this.pending = undefined;
+    const ops = group.ops.length > 0 ? group.ops : [{ type: 'put' as const, key: SYNC_MARK, value: String(Date.now()) }];
+    await this.db.batch(ops, { sync: group.sync });
+    if (group.sync) this.unsynced = false;
+    else this.unsynced = true;
+    let max = 0;
+    for (const v of group.versions) if (v > max) max = v;
+    if (max > this.durableMax) this.durableMax = max;
+    this.logCount += group.versions.length;
+    this.onWrite?.({ versions: group.versions, sync: group.sync, applies: group.applies });
+    // The log is trimmed on the write chain, so that concurrent applies never trim the same
+    // entries twice. A failed trim fails no write; the next write tries again.
+    if (this.logCount > this.retention * 1.1) await this.trim().catch(() => undefined);
+  }
+
+  /**
+   * Makes this replica hold exactly `leader`'s entry for each id (undefined = the leader has
+   * none), unless our version of it is newer than `ceiling` (the leader's newest version when it
+   * answered: a newer one reached us from the leader since). Removes the log entry of each
+   * version replaced, so that no peer syncs it from us later. Convergent recovery uses this for
+   * entries a deposed leader applied and nobody acknowledged.
+   */
+  async reconcile(items: readonly Reconcile[], ceiling: number): Promise<Reconcile[]> {
+    await this.flush();
+    const batch: BatchOp[] = [];
+    const changed: Reconcile[] = [];
+    for (const { id, leader } of items) {
+      const cur = this.versions.get(id);
+      if (cur !== undefined && cur > ceiling) continue;
+      if (cur === leader?.version) continue;
+      if (cur !== undefined) batch.push({ type: 'del', key: logKey(cur) });
+      const wasLive = cur !== undefined && this.isLiveVersion(id);
+      if (leader === undefined) {
+        batch.push({ type: 'del', key: docKey(id) });
+        this.versions.delete(id);
+        this.tombstones.delete(id);
+        if (wasLive) this.liveDocs--;
+      } else {
+        const text = encodeEntry(leader);
+        batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
+        this.versions.set(id, leader.version);
+        this.setLive(id, leader.doc !== null);
+        if (leader.doc !== null && !wasLive) this.liveDocs++;
+        else if (leader.doc === null && wasLive) this.liveDocs--;
+      }
+      changed.push({ id, leader });
+    }
+    if (batch.length === 0) return changed;
+    await this.enqueue(batch, true, []);
+    // Trimming drops the oldest entries only, so the newest version is the newest log key.
+    let max = 0;
+    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) max = Number(key.slice(1));
+    this.maxVersionSeen = max;
+    if (this.durableMax > max) this.durableMax = max;
+    return changed;
+  }
+
+  /** The newest version in the log below `below` (0 when none). */
+  async newestVersionBelow(below: number): Promise<number> {
+    for await (const key of this.db.keys({ gte: LOG, lt: logKey(below), reverse: true, limit: 1 })) return Number(key.slice(1));
+    return 0;
+  }
+
+  /** The newest `n` log entries with a version above `after`, newest first (convergent recovery). */
+  async recentEntries(after: number, n: number): Promise<StoredEntry[]> {
+    const out: StoredEntry[] = [];
+    for await (const [, value] of this.db.iterator({ gt: logKey(after), lt: LOG + ':', reverse: true, limit: n })) out.push(decodeEntry(value));
+    return out;
   }
 
   /**
@@ -321,11 +524,23 @@ export class ReplicaStore {
     this.durableMax = 0;
     this.commitPoint = undefined;
     this.trimmed = 0;
+    // The fence and the format survive a reset: a full copy does not make older leaders acceptable.
+    await this.db.batch(
+      [
+        { type: 'put', key: FORMAT, value: FORMAT_VERSION },
+        { type: 'put', key: FENCE, value: String(this.fenceEpoch) },
+      ],
+      { sync: true },
+    );
     await this.commitSnapshot?.snapshot.close();
     this.commitSnapshot = undefined;
   }
 
   async close(): Promise<void> {
+    this.closed = true;
+    if (this.syncTimer) clearInterval(this.syncTimer);
+    // An async-durability replica syncs what it has before it closes.
+    if (this.unsynced) await this.enqueue([], true, []).catch(() => undefined);
     await this.flush();
     await this.commitSnapshot?.snapshot.close();
     this.commitSnapshot = undefined;

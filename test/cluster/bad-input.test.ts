@@ -123,7 +123,7 @@ describe('a document that is not a JSON object', () => {
   }
 
   it('is refused with 400 when an NDJSON line is not an object', async () => {
-    await rejected(() => http('POST', docsUrl(), '{"id":"na-6"}\n[1,2]\n', ndjson), { status: 400, says: ['document 1 is an array'], absent: ['na-6'] });
+    await rejected(() => http('POST', docsUrl(), '{"id":"na-6"}\n[1,2]\n', ndjson), { status: 400, says: ['document 1 (line 2) is an array'], absent: ['na-6'] });
   });
 
   for (const [what, body] of [

@@ -18,8 +18,8 @@ const CLI = join(ROOT, 'bin/shardex.js');
 const LINES = 100_000;
 const BAD = new Map<number, RegExp>([
   [10, /^line 10: not valid JSON/m],
-  [20, /^line 20: the document has no "id"$/m],
-  [30, /^line 30: the document is an array, not a JSON object$/m],
+  [20, /^line 20: document \d+ has no "id"; nothing was written$/m],
+  [30, /^line 30: document \d+ is an array, not a JSON object; nothing was written$/m],
 ]);
 
 interface Run {

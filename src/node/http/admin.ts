@@ -3,8 +3,17 @@ import type { FastifyPluginAsync } from 'fastify';
 import { clusterView } from '../../coordination/index.js';
 
 export const adminRoutes: FastifyPluginAsync = async (app) => {
-  app.get('/health', async () => ({ status: 'ok', node: app.shardex.name }));
-  app.get('/api/cluster', async () => clusterView(app.shardex.coordinator));
+  // Readiness: 503 until the node has read the cluster state (load balancers wait for it).
+  app.get('/health', async (_req, reply) => {
+    if (!app.shardex.ready) return reply.status(503).send({ status: 'starting', node: app.shardex.name });
+    return { status: 'ok', node: app.shardex.name };
+  });
+  // Liveness: the process answers (a starting node is alive).
+  app.get('/health/live', async () => ({ status: 'alive', node: app.shardex.name }));
+  app.get('/api/cluster', async () => {
+    app.shardex.assertReady();
+    return clusterView(app.shardex.coordinator);
+  });
   app.get('/api/readers', async () => {
     const readers = await Promise.all(
       app.shardex.readers().map(async (r) => {

@@ -48,9 +48,18 @@ export function parseJsonBody(text: string): unknown {
   return parseJsonText(text, 'body', 'SHX_BAD_REQUEST');
 }
 
+/** An NDJSON body: its documents, and the line each came from (so that refusals name the line). */
+export class NdjsonBatch {
+  constructor(
+    readonly docs: unknown[],
+    readonly lines: number[],
+  ) {}
+}
+
 /** Parses NDJSON: one JSON value per non-empty line; names the bad line. */
-export function parseNdjson(text: string): unknown[] {
+export function parseNdjson(text: string): NdjsonBatch {
   const out: unknown[] = [];
+  const lines: number[] = [];
   let line = 0;
   let start = 0;
   while (start <= text.length) {
@@ -61,8 +70,9 @@ export function parseNdjson(text: string): unknown[] {
     start = end + 1;
     if (raw.length === 0) continue;
     out.push(parseJsonText(raw, `line ${line}`, 'SHX_BAD_DOCUMENT', { line }));
+    lines.push(line);
   }
-  return out;
+  return new NdjsonBatch(out, lines);
 }
 
 const FASTIFY_ERRORS: Record<string, (e: FastifyError) => ShardexError> = {
@@ -124,12 +134,19 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   });
   app.setErrorHandler((err, req, reply) => {
     const e = toShardexHttpError(err);
-    if (e.status >= 500) req.log.error({ err, code: e.code }, 'request failed');
+    // A retryable 503 (starting, no leader yet) is a condition that passes, not a fault.
+    if (e.status >= 500 && !e.retryable) req.log.error({ err, code: e.code }, 'request failed');
+    else if (e.status >= 500) req.log.debug({ code: e.code, msg: e.message }, 'request refused for now');
     if (e.retryable && e.status === 503) void reply.header('retry-after', '1');
     void reply.status(e.status).send(e.toJSON());
   });
   app.setNotFoundHandler((req, reply) => {
     void reply.status(404).send({ error: `no route ${req.method} ${req.url}; see the README for the API`, code: 'SHX_NOT_FOUND' });
+  });
+  // A node that has not read the cluster state yet would answer as if it were empty (a false
+  // "collection does not exist"): until then, everything but health and metrics is SHX_STARTING.
+  app.addHook('onRequest', async (req) => {
+    if (!node.ready && !req.url.startsWith('/health') && !req.url.startsWith('/metrics')) node.assertReady();
   });
   await app.register(adminRoutes);
   await app.register(collectionRoutes);

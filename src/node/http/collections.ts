@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { ShardexError } from '../../errors.js';
 import { MAX_SHARDS, parseRouterName } from '../../hashrange/index.js';
 import { parseSchema } from '../../index/index.js';
+import type { CollectionState } from '../../coordination/index.js';
 import { parseDuration } from '../../read/index.js';
 
 export const COLLECTION_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -16,8 +17,33 @@ const CreateCollection = z
     router: z.string().default('compositeId'),
     fields: z.record(z.string(), z.string()).optional(),
     autoCommit: z.union([z.string(), z.number()]).optional(),
+    durability: z.enum(['request', 'async']).optional(),
+    syncInterval: z.union([z.string(), z.number()]).optional(),
   })
   .strict();
+
+const UpdateCollection = z
+  .object({
+    durability: z.enum(['request', 'async']).optional(),
+    syncInterval: z.union([z.string(), z.number()]).optional(),
+    autoCommit: z.union([z.string(), z.number()]).optional(),
+  })
+  .strict();
+
+/** Elasticsearch's index.translog.sync_interval: at least 100 ms; default 5 s. */
+function parseSyncInterval(v: string | number | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const ms = parseDuration(v, 'syncInterval');
+  if (ms < 100) throw new ShardexError('SHX_BAD_REQUEST', `syncInterval must be at least 100ms, got ${JSON.stringify(v)}`);
+  return ms;
+}
+
+const parseAutoCommit = (v: string | number | undefined): number | undefined => (v === undefined ? undefined : v === 'off' ? 0 : parseDuration(v, 'autoCommit'));
+
+/** A collection as GET /api/collections/:c shows it: its settings with their defaults, and its shards. */
+function describeCollection(state: CollectionState): object {
+  return { ...state, durability: state.durability ?? 'request', syncIntervalMs: state.syncIntervalMs ?? 5000 };
+}
 
 /** Turns a zod failure into one message naming each bad field. */
 export function zodMessage(err: z.ZodError, what: string): string {
@@ -39,7 +65,8 @@ export const collectionRoutes: FastifyPluginAsync = async (app) => {
     // A schema that does not parse is the caller's error: reject it before anything is created.
     parseSchema(b.fields);
     // Like Solr's autoCommit: on by default (15 s); "off" leaves commits to the client.
-    const autoCommitMs = b.autoCommit === 'off' ? 0 : parseDuration(b.autoCommit ?? '15s', 'autoCommit');
+    const autoCommitMs = parseAutoCommit(b.autoCommit ?? '15s')!;
+    const syncIntervalMs = parseSyncInterval(b.syncInterval);
     const state = await app.shardex.createCollection({
       name: b.name,
       numShards: b.numShards,
@@ -47,8 +74,28 @@ export const collectionRoutes: FastifyPluginAsync = async (app) => {
       router: parseRouterName(b.router),
       ...(b.fields && { fields: b.fields }),
       autoCommitMs,
+      durability: b.durability ?? 'request',
+      ...(syncIntervalMs !== undefined && { syncIntervalMs }),
     });
-    return reply.status(201).send(state);
+    return reply.status(201).send(describeCollection(state));
+  });
+
+  app.get<{ Params: { c: string } }>('/api/collections/:c', async (req) => describeCollection(app.shardex.collectionState(checkCollectionName(req.params.c))));
+
+  // Settings that may change on a live collection (Elasticsearch's dynamic index settings).
+  app.patch<{ Params: { c: string } }>('/api/collections/:c', async (req) => {
+    const c = checkCollectionName(req.params.c);
+    app.shardex.collectionState(c);
+    const parsed = UpdateCollection.safeParse(req.body);
+    if (!parsed.success) throw new ShardexError('SHX_BAD_REQUEST', zodMessage(parsed.error, 'bad collection update'));
+    const syncIntervalMs = parseSyncInterval(parsed.data.syncInterval);
+    const autoCommitMs = parseAutoCommit(parsed.data.autoCommit);
+    const state = await app.shardex.coordinator.updateCollection(c, {
+      ...(parsed.data.durability !== undefined && { durability: parsed.data.durability }),
+      ...(syncIntervalMs !== undefined && { syncIntervalMs }),
+      ...(autoCommitMs !== undefined && { autoCommitMs }),
+    });
+    return describeCollection(state);
   });
 
   app.delete<{ Params: { c: string } }>('/api/collections/:c', async (req) => {

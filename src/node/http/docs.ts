@@ -4,6 +4,7 @@ import { checkId, toAddOps } from '../../distrib/documents.js';
 import { ShardexError } from '../../errors.js';
 import { parseMinVersion } from '../../read/eventual.js';
 import type { ReadOptions } from '../shardex-node.js';
+import { NdjsonBatch } from './app.js';
 import { checkCollectionName } from './collections.js';
 
 function parseMinRf(v: unknown): number {
@@ -48,9 +49,11 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     app.shardex.collectionState(c);
     const minRf = parseMinRf(req.query.minRf);
     const body = req.body;
-    const docs = Array.isArray(body) ? body : body !== null && typeof body === 'object' ? [body] : undefined;
+    const ndjson = body instanceof NdjsonBatch ? body : undefined;
+    const docs = ndjson ? ndjson.docs : Array.isArray(body) ? body : body !== null && typeof body === 'object' ? [body] : undefined;
     if (!docs) throw new ShardexError('SHX_BAD_REQUEST', 'body must be a JSON array of documents, one document object, or NDJSON');
-    const ops = toAddOps(docs);
+    // Admission: every document, whole, before any phase starts.
+    const ops = toAddOps(docs, app.shardex.schemaOf(c), ndjson?.lines);
     const res = await app.shardex.update(c, ops, minRf);
     return {
       added: ops.length,
