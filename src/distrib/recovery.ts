@@ -24,6 +24,8 @@ export interface PeerLogInfo {
   readonly replicaState?: string;
   /** The peer's latest commit point (what snapshot readers copy). */
   readonly commit?: { readonly version: number; readonly at: number };
+  /** The leadership epoch the peer leads with (or the newest it has seen). */
+  readonly epoch?: number;
 }
 
 /** What recovery needs from a peer; implemented over gRPC by the node. */
@@ -91,20 +93,23 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
 
 /**
  * Makes every id whose current version we logged after `from` and the peer's log lacks (`seen`
- * holds what it has after `from`) hold what the peer holds for it, unless a newer update of the
- * peer's reached us since `ceiling` (the peer's newest version before the sync). Those are the
- * writes a deposed leader applied and nobody acknowledged; normally there are none.
+ * holds what it has after `from`) hold what the peer holds for it. Normally there are none; those
+ * there are are writes a deposed leader applied and nobody acknowledged. A version that may have
+ * reached us from the peer after it answered (`info`) is left alone: one of the peer's own epoch
+ * newer than its newest version then.
  */
-export async function converge(replica: ShardReplica, source: SyncSource, from: number, ceiling: number, seen: ReadonlySet<number>): Promise<number> {
+export async function converge(replica: ShardReplica, source: SyncSource, from: number, info: PeerLogInfo, seen: ReadonlySet<number>): Promise<number> {
+  const peerEpoch = info.epoch ?? epochOf(info.maxVersion);
+  const sinceSync = (v: number): boolean => v > info.maxVersion && epochOf(v) >= peerEpoch;
   const suspects: string[] = [];
   for (const e of await replica.store.recentEntries(from, REORDER_WINDOW)) {
-    if (e.version <= ceiling && !seen.has(e.version) && replica.store.versionOf(e.id) === e.version) suspects.push(e.id);
+    if (!sinceSync(e.version) && !seen.has(e.version) && replica.store.versionOf(e.id) === e.version) suspects.push(e.id);
   }
   let reverted = 0;
   for (let i = 0; i < suspects.length; i += ENTRIES_PAGE) {
     const chunk = suspects.slice(i, i + ENTRIES_PAGE);
     const theirs = await source.entries(chunk);
-    reverted += await replica.reconcile(chunk.map((id, j) => ({ id, leader: theirs[j] })), ceiling);
+    reverted += await replica.reconcile(chunk.map((id, j) => ({ id, leader: theirs[j] })), sinceSync);
   }
   return reverted;
 }
@@ -116,7 +121,7 @@ export async function syncFrom(replica: ShardReplica, source: SyncSource, info: 
   if (canPeerSync(localMax, from, info)) {
     const seen = new Set<number>();
     const applied = await peerSync(replica, source, from, seen);
-    const reverted = localMax === 0 ? 0 : await converge(replica, source, from, info.maxVersion, seen);
+    const reverted = localMax === 0 ? 0 : await converge(replica, source, from, info, seen);
     return { method: 'peer-sync', applied, copied: 0, reverted };
   }
   await replica.reset();

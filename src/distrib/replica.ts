@@ -109,8 +109,8 @@ export class ShardReplica {
   }
 
   /** Makes the given ids hold exactly the leader's entries (see ReplicaStore.reconcile); returns how many changed. */
-  async reconcile(items: readonly Reconcile[], ceiling: number): Promise<number> {
-    const changed = await this.store.reconcile(items, ceiling);
+  async reconcile(items: readonly Reconcile[], sinceSync: (version: number) => boolean): Promise<number> {
+    const changed = await this.store.reconcile(items, sinceSync);
     if (changed.length > 0) {
       this.indexApplied(changed.map((c) => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null })));
     }

@@ -180,7 +180,10 @@ export class ShardexNode {
         versions: async (req) => this.onPeerVersions(req as ShardRef & { replica?: string }),
         updatesAfter: async (req) => {
           const r = req as ShardRef & { after: number; limit: number; upto?: number };
-          return this.localReplica(r.collection, r.shard).store.updatesAfter(r.after, Math.min(r.limit, 10_000), r.upto);
+          const replica = this.localReplica(r.collection, r.shard);
+          // A dirty replica holds writes nobody acknowledged: no new leader may take them from it.
+          if (replica.health === 'dirty') throw new ShardexError('SHX_RECOVERING', `${this.name}'s replica of ${replica.key} is recovering from a deposed leadership; sync from another replica`);
+          return replica.store.updatesAfter(r.after, Math.min(r.limit, 10_000), r.upto);
         },
         copyShard: (req) => this.onPeerCopy(req as ShardRef & { commit?: boolean }),
       },
@@ -279,29 +282,14 @@ export class ShardexNode {
         ...(this.o.writeBufferMb !== undefined && { writeBufferSize: this.o.writeBufferMb * 1024 * 1024 }),
         ...(onStoreWrite && { onWrite: (w: StoreWrite) => onStoreWrite(`${this.name}/${key}`, w) }),
       });
-      const replica = new ShardReplica(collection, shard, store, this.log);
-      // The index lives in memory: rebuild it from the stored documents before serving.
-      const t0 = performance.now();
-      const binding = new SearchIndexBinding(this.schemaOf(collection));
-      let unindexable = 0;
-      for await (const e of store.entries()) {
-        if (e.doc === null) continue;
-        try {
-          binding.index.add(e.id, e.doc as { id: string });
-        } catch {
-          // Only data written before admission existed can hold such a document: keep the replica usable.
-          unindexable++;
-        }
+      try {
+        return await this.attachReplica(key, collection, shard, store);
+      } catch (err) {
+        // Release LevelDB's lock, or every later attempt to open this replica would fail on it.
+        this.replicas.delete(key);
+        await store.close().catch(() => undefined);
+        throw err;
       }
-      if (unindexable > 0) this.log.warn({ replica: key, unindexable }, 'stored documents the index refuses were left out of the search index');
-      binding.index.trim();
-      replica.index = binding;
-      this.replicas.set(key, replica);
-      this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, indexMs: Math.round(performance.now() - t0) }, 'replica opened');
-      await this.joinElection(replica);
-      // A replica that (re)starts catches up from its leader before it counts as active.
-      void this.recover(replica);
-      return replica;
     })();
     this.opening.set(key, p);
     try {
@@ -309,6 +297,32 @@ export class ShardexNode {
     } finally {
       this.opening.delete(key);
     }
+  }
+
+  private async attachReplica(key: string, collection: string, shard: string, store: ReplicaStore): Promise<ShardReplica> {
+    const replica = new ShardReplica(collection, shard, store, this.log);
+    // The index lives in memory: rebuild it from the stored documents before serving.
+    const t0 = performance.now();
+    const binding = new SearchIndexBinding(this.schemaOf(collection));
+    let unindexable = 0;
+    for await (const e of store.entries()) {
+      if (e.doc === null) continue;
+      try {
+        binding.index.add(e.id, e.doc as { id: string });
+      } catch {
+        // Only data written before admission existed can hold such a document: keep the replica usable.
+        unindexable++;
+      }
+    }
+    if (unindexable > 0) this.log.warn({ replica: key, unindexable }, 'stored documents the index refuses were left out of the search index');
+    binding.index.trim();
+    replica.index = binding;
+    this.replicas.set(key, replica);
+    this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, indexMs: Math.round(performance.now() - t0) }, 'replica opened');
+    await this.joinElection(replica);
+    // A replica that (re)starts catches up from its leader before it counts as active.
+    void this.recover(replica);
+    return replica;
   }
 
   private joinElection(replica: ShardReplica): Promise<void> {
@@ -367,6 +381,7 @@ export class ShardexNode {
     return {
       maxVersion: replica.store.maxVersion,
       trimmedThrough: replica.store.trimmedThrough,
+      epoch: replica.epoch || replica.fence,
       ...(state && { replicaState: state }),
       ...(commit && { commit }),
     };
@@ -444,9 +459,14 @@ export class ShardexNode {
     try {
       for (let attempt = 1; !this.stopped && this.replicas.get(replica.key) === replica; attempt++) {
         const leader = this.coordinator.leader(collection, shard);
-        if (leader?.node === this.name || replica.role !== 'follower') return;
-        if (!leader) {
-          await this.waitFor(() => this.stopped || this.coordinator.leader(collection, shard) !== undefined, 60_000).catch(() => undefined);
+        if (replica.role !== 'follower') return;
+        // No leader, or still ourselves while we resign (a deposed leader recovers from the next one).
+        if (!leader || leader.node === this.name) {
+          const other = (): boolean => {
+            const l = this.coordinator.leader(collection, shard);
+            return l !== undefined && l.node !== this.name;
+          };
+          await this.waitFor(() => this.stopped || replica.role !== 'follower' || other(), 60_000).catch(() => undefined);
           continue;
         }
         try {

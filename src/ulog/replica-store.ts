@@ -329,18 +329,17 @@ export class ReplicaStore {
 
   /**
    * Makes this replica hold exactly `leader`'s entry for each id (undefined = the leader has
-   * none), unless our version of it is newer than `ceiling` (the leader's newest version when it
-   * answered: a newer one reached us from the leader since). Removes the log entry of each
-   * version replaced, so that no peer syncs it from us later. Convergent recovery uses this for
-   * entries a deposed leader applied and nobody acknowledged.
+   * none), unless our version of it is one `sinceSync` says reached us from the leader after it
+   * answered. Removes the log entry of each version replaced, so that no peer syncs it from us
+   * later. Convergent recovery uses this for entries a deposed leader applied and nobody acknowledged.
    */
-  async reconcile(items: readonly Reconcile[], ceiling: number): Promise<Reconcile[]> {
+  async reconcile(items: readonly Reconcile[], sinceSync: (version: number) => boolean): Promise<Reconcile[]> {
     await this.flush();
     const batch: BatchOp[] = [];
     const changed: Reconcile[] = [];
     for (const { id, leader } of items) {
       const cur = this.versions.get(id);
-      if (cur !== undefined && cur > ceiling) continue;
+      if (cur !== undefined && sinceSync(cur)) continue;
       if (cur === leader?.version) continue;
       if (cur !== undefined) batch.push({ type: 'del', key: logKey(cur) });
       const wasLive = cur !== undefined && this.isLiveVersion(id);
