@@ -10,6 +10,10 @@ import { ProxiedSessions, TcpProxy, zkConnect, zkServer } from './support/zookee
 import { MessageChannel } from 'node:worker_threads';
 import { PortZNodeStore, servePort } from '../src/coordination/port-store.js';
 import { freePort } from '../src/node/local-zookeeper.js';
+import { openTreeStore } from '../src/coordination/tree-store.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const WAIT = { timeout: 20_000, interval: 10 };
 
@@ -34,6 +38,25 @@ function memoryHarness(): Harness {
     partition: async (store) => server.disconnect(store.sessionId),
     heal: async (store) => server.reconnect(store.sessionId),
     close: () => server.close(),
+  };
+}
+
+/**
+ * The embedded server with its tree on disk (tree-store.ts): every answer and watch waits for the
+ * journal, and the contract must hold all the same.
+ */
+function persistentHarness(): Harness {
+  const root = mkdtempSync(join(tmpdir(), 'shardex-contract-'));
+  const opened = openTreeStore({ dir: join(root, 'coordinator') });
+  return {
+    connect: async (options) => (await opened).connect({ chroot: '/shardex', sessionTimeoutMs: options?.sessionTimeoutMs }),
+    expire: async (store) => (await opened).expire(store.sessionId),
+    partition: async (store) => (await opened).disconnect(store.sessionId),
+    heal: async (store) => (await opened).reconnect(store.sessionId),
+    async close() {
+      await (await opened).close();
+      rmSync(root, { recursive: true, force: true });
+    },
   };
 }
 
@@ -511,6 +534,7 @@ function contract(name: string, makeHarness: () => Harness): void {
 
 contract('MemoryZNodeServer', memoryHarness);
 contract('PortZNodeStore (MemoryZNodeServer over a MessagePort)', portHarness);
+contract('MemoryZNodeServer with its tree on disk (openTreeStore)', persistentHarness);
 contract('ZooKeeperStore', zooKeeperHarness);
 
 describe('MemoryZNodeServer', () => {

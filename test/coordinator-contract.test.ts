@@ -11,7 +11,11 @@ import { ClusterCoordinator } from '../src/coordination/cluster.js';
 import { MemoryZNodeServer } from '../src/coordination/memory-store.js';
 import type { CreateMode, NodeData, SessionState, Watcher, ZNodeStore } from '../src/coordination/store.js';
 import type { CollectionSpec, Coordinator, ElectionCandidate, NodeInfo, NodeRole } from '../src/coordination/types.js';
+import { openTreeStore } from '../src/coordination/tree-store.js';
 import { ZooKeeperStore } from '../src/coordination/zookeeper-store.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ShardexError } from '../src/errors.js';
 import { ProxiedSessions, zkServer } from './support/zookeeper.js';
 
@@ -40,23 +44,34 @@ interface Harness {
 }
 
 function memoryHarness(): Harness {
-  const server = new MemoryZNodeServer();
+  return embeddedHarness(Promise.resolve(new MemoryZNodeServer()), async () => {});
+}
+
+/** The embedded server with its tree on disk (tree-store.ts): every answer and watch waits for the journal. */
+function persistentHarness(): Harness {
+  const root = mkdtempSync(join(tmpdir(), 'shardex-contract-'));
+  return embeddedHarness(openTreeStore({ dir: join(root, 'coordinator') }), async () => rmSync(root, { recursive: true, force: true }));
+}
+
+function embeddedHarness(opened: Promise<MemoryZNodeServer>, cleanup: () => Promise<void>): Harness {
   // The session a store had when it was cut off: the server knows it by that id.
   const cut = new Map<ZNodeStore, string>();
   return {
-    connect: async (options) => server.connect({ chroot: '/shardex', sessionTimeoutMs: options?.sessionTimeoutMs ?? LONG_SESSION_MS }),
+    connect: async (options) => (await opened).connect({ chroot: '/shardex', sessionTimeoutMs: options?.sessionTimeoutMs ?? LONG_SESSION_MS }),
     partition: async (store) => {
       cut.set(store, store.sessionId);
-      server.disconnect(store.sessionId);
+      (await opened).disconnect(store.sessionId);
     },
-    expire: async (store) => server.expire(cut.get(store) ?? store.sessionId),
+    expire: async (store) => (await opened).expire(cut.get(store) ?? store.sessionId),
     heal: async (store) => {
-      server.reconnect(cut.get(store) ?? store.sessionId);
+      (await opened).reconnect(cut.get(store) ?? store.sessionId);
       cut.delete(store);
     },
     close: async () => {
+      const server = await opened;
       for (const id of cut.values()) server.reconnect(id);
       await server.close();
+      await cleanup();
     },
   };
 }
@@ -965,4 +980,5 @@ function contract(name: string, makeHarness: () => Harness): void {
 }
 
 contract('MemoryZNodeServer', memoryHarness);
+contract('MemoryZNodeServer with its tree on disk (openTreeStore)', persistentHarness);
 contract('ZooKeeperStore', zooKeeperHarness);

@@ -15,6 +15,11 @@
 //   re-registers its ephemerals.
 // Operations fail with CONNECTION_LOSS while disconnected, SESSION_EXPIRED while the session is
 // expired and not yet replaced, and CLOSED after close(), as in ZooKeeperStore.
+// With a journal (tree-store.ts keeps one on disk), every change to a persistent znode is handed
+// to it as it happens, and nothing is acknowledged, answered or delivered as a watch before the
+// journal has it durable: as in ZooKeeper, a client never observes a change a crash could undo.
+// Ephemerals are not journaled (a restarted server has none: their sessions died with it), but
+// the sequence numbers they take are, so that numbers are never reused across a restart.
 
 import { assertValidData, assertValidPath, StoreError, fromChroot, underChroot } from './store.js';
 import type { CreateMode, NodeData, SessionState, StoreLogger, WatchEvent, WatchEventType, Watcher, ZNodeStore } from './store.js';
@@ -27,6 +32,38 @@ export interface MemoryZNodeServerOptions {
   readonly sessionTimeoutMs?: number;
   /** Receives exceptions thrown by watchers and session listeners (they are not rethrown). */
   readonly logger?: StoreLogger;
+  /** The persistent znodes to start from, each parent before its children ('/' first, if present). */
+  readonly restore?: readonly PersistedZNode[];
+  /** Where changes to persistent znodes are recorded; without one the tree lives in memory only. */
+  readonly journal?: ZNodeJournal;
+}
+
+/** A persistent znode as it is saved and restored: data, version and sequence counter exactly. */
+export interface PersistedZNode {
+  readonly path: string;
+  readonly data: Buffer;
+  readonly version: number;
+  readonly cversion: number;
+}
+
+/** One change to the persistent part of the tree, with the values it produced. */
+export type ZNodeChange =
+  | { readonly op: 'create'; readonly path: string; readonly data: Buffer; readonly parentCversion: number }
+  /** An ephemeral child took a sequence number of its (persistent) parent. */
+  | { readonly op: 'cversion'; readonly path: string; readonly cversion: number }
+  | { readonly op: 'set'; readonly path: string; readonly data: Buffer; readonly version: number }
+  | { readonly op: 'delete'; readonly path: string };
+
+/** Records changes to persistent znodes durably (see tree-store.ts). */
+export interface ZNodeJournal {
+  /** Called by the server once, before any change: how to read the persistent znodes now (for snapshots). */
+  attach(snapshot: () => PersistedZNode[]): void;
+  /** Called synchronously after each change, in the order of the changes. */
+  record(change: ZNodeChange): void;
+  /** Undefined when every recorded change is durable; else resolves once it is (rejects if it cannot be). */
+  durable(): Promise<void> | undefined;
+  /** Makes everything durable and releases the journal's files. */
+  close(): Promise<void>;
 }
 
 export interface MemoryConnectOptions {
@@ -87,6 +124,35 @@ class ZNodeTree {
   private readonly dataWatches: WatchTable = new Map();
   private readonly childWatches: WatchTable = new Map();
 
+  constructor(private readonly journal: ZNodeJournal | undefined) {}
+
+  /** Loads persistent znodes into the empty tree (no watches fire: nobody is connected yet). */
+  restore(nodes: readonly PersistedZNode[]): void {
+    for (const n of nodes) {
+      if (n.path === '/') {
+        this.root.data = Buffer.from(n.data);
+        this.root.version = n.version;
+        this.root.cversion = n.cversion;
+        continue;
+      }
+      const parent = this.lookup(parentOf(n.path));
+      const name = n.path.slice(n.path.lastIndexOf('/') + 1);
+      if (parent === undefined || parent.children.has(name)) throw new Error(`restore: ${n.path} has no parent or comes twice`);
+      parent.children.set(name, { data: Buffer.from(n.data), version: n.version, cversion: n.cversion, ephemeralOwner: undefined, children: new Map() });
+    }
+  }
+
+  /** Every persistent znode, parents first. */
+  persistentNodes(): PersistedZNode[] {
+    const out: PersistedZNode[] = [];
+    const walk = (path: string, node: ZNode): void => {
+      out.push({ path, data: node.data, version: node.version, cversion: node.cversion });
+      for (const [name, child] of node.children) if (child.ephemeralOwner === undefined) walk(join(path, name), child);
+    };
+    walk('/', this.root);
+    return out;
+  }
+
   private lookup(path: string): ZNode | undefined {
     if (path === '/') return this.root;
     let node: ZNode | undefined = this.root;
@@ -108,9 +174,11 @@ class ZNodeTree {
     if (parent.children.has(name)) throw new StoreError('NODE_EXISTS', actual);
     if (parent.ephemeralOwner !== undefined) throw new StoreError('NO_CHILDREN_FOR_EPHEMERALS', actual);
     const ephemeral = mode === 'ephemeral' || mode === 'ephemeral_sequential';
-    parent.children.set(name, { data: Buffer.from(data), version: 0, cversion: 0, ephemeralOwner: ephemeral ? session : undefined, children: new Map() });
+    const stored = Buffer.from(data);
+    parent.children.set(name, { data: stored, version: 0, cversion: 0, ephemeralOwner: ephemeral ? session : undefined, children: new Map() });
     parent.cversion += 1;
     if (ephemeral) session.ephemerals.add(actual);
+    this.journal?.record(ephemeral ? { op: 'cversion', path: parentPath, cversion: parent.cversion } : { op: 'create', path: actual, data: stored, parentCversion: parent.cversion });
     this.trigger(this.dataWatches, actual, 'created');
     this.trigger(this.childWatches, parentPath, 'children_changed');
     return actual;
@@ -151,6 +219,7 @@ class ZNodeTree {
     }
     node.data = Buffer.from(data);
     node.version += 1;
+    if (node.ephemeralOwner === undefined) this.journal?.record({ op: 'set', path, data: node.data, version: node.version });
     this.trigger(this.dataWatches, path, 'data_changed');
     return node.version;
   }
@@ -169,6 +238,7 @@ class ZNodeTree {
     // ZooKeeper 3.8 advances cversion (the sequence source) on child creates only.
     parent.children.delete(name);
     node.ephemeralOwner?.ephemerals.delete(path);
+    if (node.ephemeralOwner === undefined) this.journal?.record({ op: 'delete', path });
     this.trigger(this.dataWatches, path, 'deleted');
     this.trigger(this.childWatches, path, 'deleted');
     this.trigger(this.childWatches, parentPath, 'children_changed');
@@ -212,6 +282,8 @@ class ZNodeTree {
 interface ServerLink {
   readonly tree: ZNodeTree;
   readonly logger: StoreLogger | undefined;
+  /** Undefined when every change so far is durable; else resolves once it is. */
+  durable(): Promise<void> | undefined;
   openSession(client: MemoryZNodeStore, timeoutMs: number): ServerSession;
   clientClosed(session: ServerSession): void;
   clientMoved(oldSession: ServerSession): void;
@@ -225,6 +297,8 @@ class MemoryZNodeStore implements ZNodeStore {
   private readonly listeners = new Set<(state: SessionState) => void>();
   /** Watch deliveries held back during a partition, delivered on reconnect (ZooKeeper's SetWatches). */
   private missed: Array<() => void> = [];
+  /** The last delivery queued behind the journal, while any is pending. */
+  private deliveries: Promise<void> | undefined;
 
   constructor(
     private readonly link: ServerLink,
@@ -238,47 +312,51 @@ class MemoryZNodeStore implements ZNodeStore {
     return this.session.id;
   }
 
+  // Each operation runs on the tree at once, then answers only once the journal (if any) has every
+  // change made so far durable: its own, and any other one it may have observed. A failed
+  // operation waits too: its failure may rest on a change that is not yet durable.
+
   async create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
     const session = this.live(path);
     assertValidData(data, path);
-    return this.relative(this.link.tree.create(this.absolute(path), data, mode, session));
+    return this.settle(() => this.relative(this.link.tree.create(this.absolute(path), data, mode, session)));
   }
 
   async mkdirp(path: string): Promise<void> {
     const session = this.live(path);
-    this.link.tree.mkdirp(this.absolute(path), session);
+    return this.settle(() => this.link.tree.mkdirp(this.absolute(path), session));
   }
 
   async get(path: string, watch?: Watcher): Promise<NodeData | undefined> {
     const session = this.live(path);
-    return this.link.tree.get(this.absolute(path), watch && { session, watcher: watch });
+    return this.settle(() => this.link.tree.get(this.absolute(path), watch && { session, watcher: watch }));
   }
 
   async set(path: string, data: Buffer, version?: number): Promise<number> {
     this.live(path);
     assertValidData(data, path);
-    return this.link.tree.set(this.absolute(path), data, version);
+    return this.settle(() => this.link.tree.set(this.absolute(path), data, version));
   }
 
   async delete(path: string, version?: number): Promise<void> {
     this.live(path);
-    this.link.tree.delete(this.absolute(path), version);
+    return this.settle(() => this.link.tree.delete(this.absolute(path), version));
   }
 
   async deleteRecursive(path: string): Promise<void> {
     this.live(path);
     // '/' is the chroot: its subtree goes, the chroot itself stays (as with ZooKeeperStore).
-    this.link.tree.deleteRecursive(this.absolute(path), path === '/');
+    return this.settle(() => this.link.tree.deleteRecursive(this.absolute(path), path === '/'));
   }
 
   async children(path: string, watch?: Watcher): Promise<string[]> {
     const session = this.live(path);
-    return this.link.tree.children(this.absolute(path), watch && { session, watcher: watch });
+    return this.settle(() => this.link.tree.children(this.absolute(path), watch && { session, watcher: watch }));
   }
 
   async exists(path: string, watch?: Watcher): Promise<boolean> {
     const session = this.live(path);
-    return this.link.tree.exists(this.absolute(path), watch && { session, watcher: watch });
+    return this.settle(() => this.link.tree.exists(this.absolute(path), watch && { session, watcher: watch }));
   }
 
   onSessionState(listener: (state: SessionState) => void): () => void {
@@ -351,6 +429,21 @@ class MemoryZNodeStore implements ZNodeStore {
     }
   }
 
+  /** Runs `op` on the tree now; its result or error is given once every change so far is durable. */
+  private async settle<T>(op: () => T): Promise<T> {
+    let value: T;
+    try {
+      value = op();
+    } catch (err) {
+      const pending = this.link.durable();
+      if (pending) await pending;
+      throw err;
+    }
+    const pending = this.link.durable();
+    if (pending) await pending;
+    return value;
+  }
+
   private absolute(path: string): string {
     return underChroot(this.chroot, path);
   }
@@ -367,10 +460,24 @@ class MemoryZNodeStore implements ZNodeStore {
     for (const listener of [...this.listeners]) this.call(listener, state);
   }
 
-  /** Deliveries run asynchronously and in order; nothing is delivered after close(). */
+  /**
+   * Deliveries run asynchronously and in order; nothing is delivered after close(), and nothing
+   * before the changes made so far are durable (then deliveries queue behind the journal).
+   */
   private enqueue(task: () => void): void {
-    queueMicrotask(() => {
+    const run = (): void => {
       if (this.connection !== 'closed') task();
+    };
+    const pending = this.link.durable();
+    if (pending === undefined && this.deliveries === undefined) {
+      queueMicrotask(run);
+      return;
+    }
+    // A journal that cannot write fails every operation; its deliveries are dropped.
+    const next = (this.deliveries ?? Promise.resolve()).then(() => pending).then(run, () => undefined);
+    this.deliveries = next;
+    void next.then(() => {
+      if (this.deliveries === next) this.deliveries = undefined;
     });
   }
 
@@ -391,7 +498,8 @@ class MemoryZNodeStore implements ZNodeStore {
  * ZooKeeper client.
  */
 export class MemoryZNodeServer {
-  private readonly tree = new ZNodeTree();
+  private readonly tree: ZNodeTree;
+  private readonly journal: ZNodeJournal | undefined;
   private readonly sessions = new Map<string, ServerSession>();
   private readonly defaultTimeoutMs: number;
   private readonly logger: StoreLogger | undefined;
@@ -402,9 +510,15 @@ export class MemoryZNodeServer {
   constructor(options: MemoryZNodeServerOptions = {}) {
     this.defaultTimeoutMs = options.sessionTimeoutMs ?? DEFAULT_SESSION_TIMEOUT_MS;
     this.logger = options.logger;
+    this.tree = new ZNodeTree(options.journal);
+    if (options.restore) this.tree.restore(options.restore);
+    this.journal = options.journal;
+    this.journal?.attach(() => this.tree.persistentNodes());
+    const journal = this.journal;
     this.link = {
       tree: this.tree,
       logger: this.logger,
+      durable: journal ? () => journal.durable() : () => undefined,
       openSession: (client, timeoutMs) => this.openSession(client, timeoutMs),
       clientClosed: (session) => this.clientClosed(session),
       clientMoved: (session) => this.forget(session),
@@ -471,14 +585,20 @@ export class MemoryZNodeServer {
     session.client?.connectionRegained();
   }
 
-  /** Closes every session and stops all timers; the stores answer CLOSED from then on. */
+  /** Every persistent znode, parents first, as a snapshot would save it. */
+  persistentNodes(): PersistedZNode[] {
+    return this.tree.persistentNodes();
+  }
+
+  /** Closes every session and stops all timers; the stores answer CLOSED from then on. The journal is closed last. */
   async close(): Promise<void> {
     if (this.closed) return;
+    this.closed = true;
     const clients = [...this.sessions.values()].map((s) => s.client);
     for (const client of clients) await client?.close();
     for (const session of this.sessions.values()) this.clearTimers(session);
     this.sessions.clear();
-    this.closed = true;
+    await this.journal?.close();
   }
 
   private session(sessionId: string): ServerSession {

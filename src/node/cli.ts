@@ -4,6 +4,7 @@ import { resolve } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { formatRange, parseRouterName, partitionRange, routeId } from '../hashrange/index.js';
 import { ShardexError } from '../errors.js';
+import { wipeDataDir } from './dev-data.js';
 import { ThreadedDevCluster } from './dev-threads.js';
 import { createLogger } from './logger.js';
 import { registerClientCommands } from './cli-client.js';
@@ -61,19 +62,23 @@ program
 
 program
   .command('dev')
-  .description('start a local cluster: several nodes on loopback with embedded coordination')
+  .description('start a local cluster: several nodes on loopback with embedded coordination, kept in the data dir')
   .option('--nodes <n>', 'number of nodes', intArg('--nodes', 1, 32), 3)
-  .option('--port <port>', 'HTTP port of the first node (the others follow)', intArg('--port', 1, 65000), 8983)
+  .option('--port <port>', 'HTTP port of the first node (the others follow; 0 = any free ports)', intArg('--port', 0, 65000), 8983)
   .option('--data <dir>', 'data directory', './data')
-  .option('--shards <n>', 'shards of the "docs" collection created at start', intArg('--shards', 1, 256), 2)
-  .option('--replicas <n>', 'replication factor of "docs"', intArg('--replicas', 1, 32), 2)
+  .option('--reset', 'wipe the data directory first: every collection and document in it is gone')
+  .option('--shards <n>', 'shards of the "docs" collection, when it is created (at the first start)', intArg('--shards', 1, 256), 2)
+  .option('--replicas <n>', 'replication factor of "docs", when it is created', intArg('--replicas', 1, 32), 2)
   .option('--readers <n>', 'snapshot readers to start (default group)', intArg('--readers', 0, 32), 0)
   .option(WRITE_BUFFER_FLAG, WRITE_BUFFER_HELP, writeBufferArg)
-  .action(async (o: { nodes: number; port: number; data: string; shards: number; replicas: number; readers: number; writeBufferMb?: number }) => {
+  .action(async (o: { nodes: number; port: number; data: string; reset?: boolean; shards: number; replicas: number; readers: number; writeBufferMb?: number }) => {
     const dataDir = resolve(o.data);
+    // Before the logger: its file is in the data dir.
+    if (o.reset) out((await wipeDataDir(dataDir)) ? `--reset: wiped ${dataDir} (every collection and document that was in it)` : `--reset: ${dataDir} did not exist, nothing to wipe`);
     const logFile = resolve(dataDir, 'shardex.log');
     const logger = createLogger({ file: logFile });
     out(`starting ${o.nodes} nodes, each in its own thread (data in ${dataDir}, logs in ${logFile}) ...`);
+    const replicas = Math.min(o.replicas, o.nodes);
     const cluster = new ThreadedDevCluster({
       nodes: o.nodes,
       readers: o.readers,
@@ -83,7 +88,7 @@ program
       logger,
       snapshotExpiryMs: 5000,
       ...(o.writeBufferMb !== undefined && { writeBufferMb: o.writeBufferMb }),
-      collection: { name: 'docs', numShards: o.shards, replicationFactor: Math.min(o.replicas, o.nodes), router: 'compositeId', autoCommitMs: 15_000 },
+      collection: { name: 'docs', numShards: o.shards, replicationFactor: replicas, router: 'compositeId', autoCommitMs: 15_000 },
     });
     const shutdown = async (): Promise<void> => {
       out('stopping ...');
@@ -97,13 +102,19 @@ program
       await cluster.start();
     } catch (err) {
       await cluster.stop();
+      logger.flush();
       throw err;
     }
     const first = cluster.nodes[0]!.http;
     out('Shardex local cluster is up:');
     for (const n of cluster.nodes) out(`  ${n.name}  ${n.http}  (gRPC ${n.grpc})`);
     for (const r of cluster.readers) out(`  ${r.name}  ${r.http}  snapshot reader, group default`);
-    out(`collection "docs": ${o.shards} shards x ${Math.min(o.replicas, o.nodes)} replicas`);
+    if (cluster.restored.length > 0) out(`found ${cluster.restored.length} collection(s) in ${dataDir} (start with --reset to begin empty)`);
+    for (const [name, c] of cluster.collections) out(`collection "${name}": ${c.shards} shards x ${c.replicas} replicas`);
+    const docs = cluster.collections.get('docs');
+    if (cluster.restored.includes('docs') && docs && (docs.shards !== o.shards || docs.replicas !== replicas)) {
+      out(`  ("docs" is kept as it was created; --shards and --replicas apply when it is created)`);
+    }
     out('try:');
     out(`  curl -s -XPOST '${first}/api/collections/docs/docs' -H 'content-type: application/json' -d '[{"id":"1","title":"hello shardex"}]'`);
     out(`  curl -s '${first}/api/collections/docs/docs/1'`);

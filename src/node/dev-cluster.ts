@@ -1,11 +1,13 @@
 // The one-command local cluster: several nodes in one process, on consecutive loopback
-// ports, sharing an embedded coordinator, talking real gRPC to each other.
+// ports, sharing an embedded coordinator (kept under <dataDir>/coordinator, as by `shardex dev`),
+// talking real gRPC to each other.
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
-import { MemoryZNodeServer } from '../coordination/memory-store.js';
+import type { MemoryZNodeServer } from '../coordination/memory-store.js';
 import type { CollectionSpec } from '../coordination/index.js';
 import { SnapshotReader, type SnapshotReaderOptions } from '../read/snapshot-reader.js';
+import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
 
 export interface DevClusterOptions {
@@ -26,20 +28,32 @@ export interface DevClusterOptions {
 }
 
 export class DevCluster {
-  readonly server: MemoryZNodeServer;
   readonly nodes: ShardexNode[] = [];
   readonly readers: SnapshotReader[] = [];
   private readonly o: DevClusterOptions;
+  private coordinator: MemoryZNodeServer | undefined;
+  private opening: Promise<MemoryZNodeServer> | undefined;
 
   constructor(opts: DevClusterOptions) {
     this.o = opts;
-    this.server = new MemoryZNodeServer({ logger: opts.logger });
+  }
+
+  /** The embedded coordinator; opened by start() (or the first startNode/startReader). */
+  get server(): MemoryZNodeServer {
+    if (!this.coordinator) throw new Error('the dev cluster is not started');
+    return this.coordinator;
+  }
+
+  private open(): Promise<MemoryZNodeServer> {
+    this.opening ??= openDevCoordinator(this.o.dataDir, this.o.logger).then((c) => (this.coordinator = c.server));
+    return this.opening;
   }
 
   /** Starts a node named `node<i+1>` (also used to restart a stopped one). */
   async startNode(i: number): Promise<ShardexNode> {
     const name = `node${i + 1}`;
-    const coordinator = new ClusterCoordinator({ store: this.server.connect({ chroot: '/shardex' }), logger: this.o.logger.child({ node: name }) });
+    const server = await this.open();
+    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: name }) });
     const node = new ShardexNode({
       name,
       host: this.o.host ?? '127.0.0.1',
@@ -58,7 +72,8 @@ export class DevCluster {
   /** Starts a snapshot reader named `reader<i+1>` (also used to restart one). */
   async startReader(i: number, options: Partial<SnapshotReaderOptions> = {}): Promise<SnapshotReader> {
     const name = `reader${i + 1}`;
-    const coordinator = new ClusterCoordinator({ store: this.server.connect({ chroot: '/shardex' }), logger: this.o.logger.child({ node: name }) });
+    const server = await this.open();
+    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: name }) });
     const reader = new SnapshotReader({
       name,
       host: this.o.host ?? '127.0.0.1',
@@ -111,6 +126,6 @@ export class DevCluster {
   async stop(): Promise<void> {
     for (const r of this.readers) await r?.stop().catch(() => undefined);
     for (const n of this.nodes) await n?.stop().catch(() => undefined);
-    await this.server.close();
+    await this.coordinator?.close();
   }
 }

@@ -1,13 +1,15 @@
 // The one-command local cluster on every core: each node (and snapshot reader) runs in its own
-// worker thread, all around one embedded coordinator in the main thread. Nodes talk real HTTP
-// and gRPC on loopback, exactly as separate processes would.
+// worker thread, all around one embedded coordinator in the main thread, whose tree is kept under
+// <dataDir>/coordinator (dev-data.ts) so that a restart finds every collection again. Nodes talk
+// real HTTP and gRPC on loopback, exactly as separate processes would.
 import { join } from 'node:path';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
-import { MemoryZNodeServer } from '../coordination/memory-store.js';
+import type { MemoryZNodeServer } from '../coordination/memory-store.js';
 import { servePort } from '../coordination/port-store.js';
 import type { CollectionSpec } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
+import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import type { DevWorkerData, DevWorkerMessage } from './dev-worker.js';
 
 export interface ThreadedDevClusterOptions {
@@ -19,6 +21,7 @@ export interface ThreadedDevClusterOptions {
   readonly logFile: string;
   readonly logger: Logger;
   readonly host?: string;
+  /** Collection created at start when absent. */
   readonly collection?: CollectionSpec;
   readonly snapshotExpiryMs?: number;
   /** LevelDB write buffer per replica, MiB (default LevelDB's 4). */
@@ -36,14 +39,29 @@ interface Member {
 const START_TIMEOUT_MS = 60_000;
 const STOP_TIMEOUT_MS = 15_000;
 
+/** A collection as the cluster reports it once settled. */
+export interface CollectionLayout {
+  readonly shards: number;
+  readonly replicas: number;
+}
+
 export class ThreadedDevCluster {
-  readonly server: MemoryZNodeServer;
   readonly members: Member[] = [];
+  /** Collections the data dir held at start (empty on a first start). */
+  restored: string[] = [];
+  /** Every collection, once start() has seen them settle. */
+  readonly collections = new Map<string, CollectionLayout>();
   private readonly o: ThreadedDevClusterOptions;
+  private coordinator: MemoryZNodeServer | undefined;
 
   constructor(opts: ThreadedDevClusterOptions) {
     this.o = opts;
-    this.server = new MemoryZNodeServer({ logger: opts.logger });
+  }
+
+  /** The embedded coordinator; opened by start(). */
+  get server(): MemoryZNodeServer {
+    if (!this.coordinator) throw new Error('the dev cluster is not started');
+    return this.coordinator;
   }
 
   get nodes(): Member[] {
@@ -58,7 +76,7 @@ export class ThreadedDevCluster {
     const name = kind === 'node' ? `node${i + 1}` : `reader${i + 1}`;
     const base = this.o.port + (kind === 'reader' ? 100 : 0) + i;
     const { port1, port2 } = new MessageChannel();
-    servePort(port1, this.server, { chroot: '/shardex' });
+    servePort(port1, this.server, { chroot: DEV_CHROOT });
     const data: DevWorkerData = {
       kind,
       name,
@@ -102,41 +120,49 @@ export class ThreadedDevCluster {
     return member;
   }
 
+  /** Opens the coordinator (refusing a damaged data dir), starts every member, creates the collection if absent, waits until all settle. */
   async start(): Promise<void> {
+    const opened = await openDevCoordinator(this.o.dataDir, this.o.logger);
+    this.coordinator = opened.server;
+    this.restored = opened.restored;
     for (let i = 0; i < this.o.nodes; i++) await this.startMember('node', i);
     for (let i = 0; i < this.o.readers; i++) await this.startMember('reader', i);
     const spec = this.o.collection;
-    if (!spec) return;
     const first = this.nodes[0]!.http;
     const res = await fetch(`${first}/api/cluster`);
     const view = (await res.json()) as { collections: Record<string, unknown> };
-    if (!Object.hasOwn(view.collections, spec.name)) {
+    const names = Object.keys(view.collections);
+    if (spec && !names.includes(spec.name)) {
       const created = await fetch(`${first}/api/collections`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ name: spec.name, numShards: spec.numShards, replicationFactor: spec.replicationFactor, router: spec.router }),
       });
       if (created.status !== 201) throw new ShardexError('SHX_INTERNAL', `could not create collection ${spec.name}: ${await created.text()}`);
+      names.push(spec.name);
     }
-    await this.waitSettled(spec.name);
+    await this.waitSettled(names);
   }
 
   /**
-   * Until every node sees every shard of `collection` with a leader and every replica active: a
-   * leader acting on a view older than another node's could still count a replica out.
+   * Until every node sees every shard of each collection with a leader and every replica active:
+   * a leader acting on a view older than another node's could still count a replica out.
    */
-  private async waitSettled(collection: string): Promise<void> {
+  private async waitSettled(collections: readonly string[]): Promise<void> {
     const deadline = Date.now() + START_TIMEOUT_MS;
+    type View = { collections: Record<string, { shards: Record<string, { leader: string | null; replicas: Array<{ state: string }> }> }> };
     const settled = async (url: string): Promise<boolean> => {
-      const view = (await (await fetch(`${url}/api/cluster`)).json()) as {
-        collections: Record<string, { shards: Record<string, { leader: string | null; replicas: Array<{ state: string }> }> }>;
-      };
-      const shards = Object.values(view.collections[collection]?.shards ?? {});
-      return shards.length > 0 && shards.every((s) => s.leader !== null && s.replicas.every((r) => r.state === 'active'));
+      const view = (await (await fetch(`${url}/api/cluster`)).json()) as View;
+      return collections.every((c) => {
+        const shards = Object.values(view.collections[c]?.shards ?? {});
+        if (shards.length === 0 || !shards.every((s) => s.leader !== null && s.replicas.every((r) => r.state === 'active'))) return false;
+        this.collections.set(c, { shards: shards.length, replicas: Math.max(...shards.map((s) => s.replicas.length)) });
+        return true;
+      });
     };
     for (;;) {
       if ((await Promise.all(this.nodes.map((n) => settled(n.http)))).every(Boolean)) return;
-      if (Date.now() > deadline) throw new ShardexError('SHX_TIMEOUT', `collection ${collection} did not settle within ${START_TIMEOUT_MS / 1000} s; see ${this.o.logFile}`);
+      if (Date.now() > deadline) throw new ShardexError('SHX_TIMEOUT', `collections ${collections.join(', ')} did not settle within ${START_TIMEOUT_MS / 1000} s; see ${this.o.logFile}`);
       await new Promise((r) => setTimeout(r, 100));
     }
   }
@@ -161,6 +187,6 @@ export class ThreadedDevCluster {
       await stopped;
       await m.worker.terminate();
     }
-    await this.server.close();
+    await this.coordinator?.close();
   }
 }

@@ -2,16 +2,13 @@
 // one embedded coordinator. Started here as a child process, as a user starts it: it serves
 // writes, reads and eventual searches, stops on Ctrl-C (SIGINT), and keeps its data for the
 // next start.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http } from '../support/cluster.js';
-
-const CLI = fileURLToPath(new URL('../../bin/shardex.js', import.meta.url));
+import { killAllDev, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
 
 function portFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -31,57 +28,24 @@ async function freeBase(): Promise<number> {
   throw new Error('no free range of ports on 127.0.0.1');
 }
 
-interface Dev {
-  readonly child: ChildProcess;
-  readonly out: string[];
-}
-
-async function startDev(base: number, dataDir: string): Promise<Dev> {
-  const child = spawn(process.execPath, [CLI, 'dev', '--port', String(base), '--data', dataDir, '--readers', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const out: string[] = [];
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`dev cluster did not start:\n${out.join('')}`)), 60_000);
-    child.stdout!.on('data', (d: Buffer) => {
-      out.push(d.toString());
-      if (out.join('').includes('press Ctrl-C')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    child.stderr!.on('data', (d: Buffer) => out.push(d.toString()));
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`dev cluster exited with ${code}:\n${out.join('')}`));
-    });
-  });
-  return { child, out };
-}
-
-function stopDev(dev: Dev): Promise<number | null> {
-  return new Promise((resolve) => {
-    if (dev.child.exitCode !== null) return resolve(dev.child.exitCode);
-    const timer = setTimeout(() => dev.child.kill('SIGKILL'), 20_000);
-    dev.child.once('exit', (code) => {
-      clearTimeout(timer);
-      resolve(code);
-    });
-    dev.child.kill('SIGINT');
-  });
+function startDevOn(base: number, dataDir: string): Promise<DevProcess> {
+  return startDev(['--port', String(base), '--data', dataDir, '--readers', '1']);
 }
 
 describe('shardex dev (npm start)', () => {
   let base: number;
   let dataDir: string;
-  let dev: Dev | undefined;
+  let dev: DevProcess | undefined;
 
   beforeAll(async () => {
     base = await freeBase();
     dataDir = await mkdtemp(join(tmpdir(), 'shardex-dev-'));
-    dev = await startDev(base, dataDir);
+    dev = await startDevOn(base, dataDir);
   });
 
   afterAll(async () => {
     if (dev) await stopDev(dev);
+    await killAllDev();
     await rm(dataDir, { recursive: true, force: true });
   });
 
@@ -141,7 +105,7 @@ describe('shardex dev (npm start)', () => {
 
   it('stops on Ctrl-C with exit code 0 and finds its documents again at the next start', async () => {
     expect(await stopDev(dev!)).toBe(0);
-    dev = await startDev(base, dataDir);
+    dev = await startDevOn(base, dataDir);
     const r = await http('GET', `http://127.0.0.1:${base + 2}/api/collections/docs/docs/b2`);
     expect(r.body).toMatchObject({ id: 'b2', title: 'another one' });
   });
