@@ -88,7 +88,7 @@ describe('fencing', () => {
   });
 
   it('moves and persists the fence on a newer epoch, and accepts the same epoch again without persisting', () => {
-    expect(types(run([{ type: 'fromLeader', epoch: 5 }]).effects)).toEqual(['persistFence', 'accept']);
+    expect(types(run([{ type: 'fromLeader', epoch: 5 }]).effects)).toEqual(['persistFence', 'catchUp', 'accept']);
     expect(types(run([{ type: 'fromLeader', epoch: 5 }, { type: 'fromLeader', epoch: 5 }]).effects)).toEqual(['accept']);
   });
 
@@ -100,7 +100,7 @@ describe('fencing', () => {
   it('deposes a leader that hears from a newer epoch', () => {
     const { state, effects } = run([...leaderOf(3), { type: 'fromLeader', epoch: 4 }]);
     expect(state.role).toBe('follower');
-    expect(types(effects)).toEqual(['persistFence', 'stopAutoCommit', 'accept']);
+    expect(types(effects)).toEqual(['persistFence', 'stopAutoCommit', 'catchUp', 'accept']);
   });
 });
 

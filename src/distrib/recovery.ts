@@ -26,6 +26,8 @@ export interface PeerLogInfo {
   readonly commit?: { readonly version: number; readonly at: number };
   /** The leadership epoch the peer leads with (or the newest it has seen). */
   readonly epoch?: number;
+  /** The peer leads and accepts writes (it has announced its epoch and synced from its peers). */
+  readonly leading?: boolean;
 }
 
 /** What recovery needs from a peer; implemented over gRPC by the node. */

@@ -41,6 +41,8 @@ export class ShardReplica {
   readonly lock = new Mutex();
   /** A recovery is running (at most one at a time). */
   recovering = false;
+  /** A catch-up with a new leader is running (at most one at a time). */
+  catchingUp = false;
   private s: ShardState;
   private readonly log: Logger;
 

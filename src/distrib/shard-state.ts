@@ -75,6 +75,12 @@ export type ShardEffect =
   /** Leave the election and join it again (this leadership may not go on). */
   | { readonly type: 'resign'; readonly why: string }
   | { readonly type: 'recover' }
+  /**
+   * A new leadership began: once its leader is ready, take from it what it has that we lack (a
+   * deposed leader's last writes may have reached it and not us), as Solr's new leader asks its
+   * replicas to sync with it.
+   */
+  | { readonly type: 'catchUp'; readonly epoch: number }
   /** Answer the request: with versions (update accepted), or refused. */
   | { readonly type: 'accept'; readonly versions?: readonly number[] }
   | { readonly type: 'refuse'; readonly code: RefusalCode; readonly why: string }
@@ -152,6 +158,7 @@ export function step(s: ShardState, e: ShardEvent): Step {
         next = stepDown(next);
         effects.push({ type: 'stopAutoCommit' });
       }
+      if (e.epoch > s.fence) effects.push({ type: 'catchUp', epoch: e.epoch });
       effects.push({ type: 'accept' });
       return { state: next, effects };
     }

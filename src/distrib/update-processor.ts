@@ -194,7 +194,7 @@ export class UpdateProcessor {
 
   /** Performs the effects this processor owns; the node performs the rest. */
   private perform(replica: ShardReplica, effects: readonly ShardEffect[]): void {
-    const node = effects.filter((e) => e.type === 'resign' || e.type === 'recover' || e.type === 'stopAutoCommit' || e.type === 'startAutoCommit');
+    const node = effects.filter((e) => e.type === 'resign' || e.type === 'recover' || e.type === 'catchUp' || e.type === 'stopAutoCommit' || e.type === 'startAutoCommit');
     if (node.length > 0) this.o.perform(replica, node);
   }
 

@@ -4,6 +4,9 @@
 //   (minSessionTimeout; maxSessionTimeout is 60 s), and no fsync (throwaway data);
 // - stops it by pid (SIGTERM, then SIGKILL) and removes the temp dir.
 // Long steps report through `progress`, one line each.
+// Partition tests run it inside a network namespace: `host`, `port` and `commandPrefix`
+// (e.g. ['ip', 'netns', 'exec', NS]) bind it there, and the readiness probe then runs through
+// the same prefix, because such an address must never be contacted from the main namespace.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -22,33 +25,59 @@ const APT_LOCK_WAIT_MS = 180_000;
 
 export type Progress = (message: string) => void;
 
+export interface LocalZooKeeperOptions {
+  /** Address to bind (default 127.0.0.1). */
+  readonly host?: string;
+  /** Port to bind (default: a free port on 127.0.0.1; give one when `host` is not local to this namespace). */
+  readonly port?: number;
+  /** Runs java and the readiness probe through this command, e.g. ['ip', 'netns', 'exec', 'ns1']. */
+  readonly commandPrefix?: readonly string[];
+}
+
 let progress: Progress = () => undefined;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Installs (if missing) and starts a local ZooKeeper; `stop()` ends it and removes its data. */
-export async function startLocalZooKeeper(report: Progress = () => undefined): Promise<RunningZooKeeper> {
+export async function startLocalZooKeeper(report: Progress = () => undefined, options: LocalZooKeeperOptions = {}): Promise<RunningZooKeeper> {
   progress = report;
-  await ensureInstalled();
-  return startZooKeeper();
+  await ensureDebianPackage('zookeeper', () => existsSync(ZOOKEEPER_JAR), report);
+  return startZooKeeper(options);
 }
 
 // --- installing -------------------------------------------------------------------------------
 
-async function ensureInstalled(): Promise<void> {
-  if (existsSync(ZOOKEEPER_JAR)) return;
+/**
+ * Installs a Debian package with apt-get unless `present()` says it is there (this needs root):
+ * install first, and only when that fails `apt-get update` and install again; waits out another
+ * apt holding the lock. Every line apt prints goes to `report`.
+ */
+export async function ensureDebianPackage(pkg: string, present: () => boolean, report: Progress): Promise<void> {
+  if (present()) return;
+  const hint = `apt-get update && apt-get install -y ${pkg}`;
   if (process.getuid?.() !== 0) {
-    throw new Error(`ZooKeeper is not installed (${ZOOKEEPER_JAR} is missing) and the tests do not run as root to install it. Run: sudo sh -c '${INSTALL_HINT}'`);
+    throw new Error(`${pkg} is not installed and the tests do not run as root to install it. Run: sudo sh -c '${hint}'`);
   }
-  progress(`ZooKeeper is not installed; installing it from Debian (${INSTALL_HINT}) ...`);
-  await aptGet(['update']);
-  await aptGet(['install', '-y', 'zookeeper']);
-  if (!existsSync(ZOOKEEPER_JAR)) throw new Error(`apt-get installed zookeeper but ${ZOOKEEPER_JAR} is still missing. Run: ${INSTALL_HINT}`);
-  progress('ZooKeeper installed');
+  const previous = progress;
+  progress = report;
+  try {
+    progress(`${pkg} is not installed; installing it from Debian (${hint}) ...`);
+    try {
+      await aptGet(['install', '-y', pkg], hint);
+    } catch {
+      // Typically a package list that is missing or stale: refresh it once.
+      await aptGet(['update'], hint);
+      await aptGet(['install', '-y', pkg], hint);
+    }
+    if (!present()) throw new Error(`apt-get installed ${pkg} but it is still missing. Run: ${hint}`);
+    progress(`${pkg} installed`);
+  } finally {
+    progress = previous;
+  }
 }
 
 /** Runs apt-get, echoing its output as progress, and waits out another apt holding the lock. */
-async function aptGet(args: string[]): Promise<void> {
+async function aptGet(args: string[], hint: string): Promise<void> {
   const deadline = Date.now() + APT_LOCK_WAIT_MS;
   for (;;) {
     const { code, output } = await run('apt-get', args);
@@ -60,7 +89,7 @@ async function aptGet(args: string[]): Promise<void> {
       continue;
     }
     throw new Error(
-      `'apt-get ${args.join(' ')}' failed (exit ${code}) while installing ZooKeeper for the tests. Install it by hand: ${INSTALL_HINT}\n${tail(output, 15)}`,
+      `'apt-get ${args.join(' ')}' failed (exit ${code}) while installing a package for the tests. Install it by hand: ${hint}\n${tail(output, 15)}`,
     );
   }
 }
@@ -93,15 +122,20 @@ function run(command: string, args: string[]): Promise<{ code: number; output: s
 // --- running ----------------------------------------------------------------------------------
 
 export interface RunningZooKeeper {
+  readonly host: string;
   readonly port: number;
+  /** The JVM's pid (`ip netns exec` execs its command, so a prefix does not change it). */
+  readonly pid: number | undefined;
   stop(): Promise<void>;
 }
 
-async function startZooKeeper(): Promise<RunningZooKeeper> {
+async function startZooKeeper(options: LocalZooKeeperOptions): Promise<RunningZooKeeper> {
+  const where = { host: options.host ?? '127.0.0.1', prefix: options.commandPrefix ?? [] };
+  if (options.port !== undefined) return startOn(where, options.port);
   // The free port may be taken between our probe and the JVM's bind: then try another one.
   for (let attempt = 1; ; attempt++) {
     try {
-      return await startOn(await freePort());
+      return await startOn(where, await freePort());
     } catch (err) {
       if (!(err instanceof PortTaken) || attempt >= 3) throw err;
       progress(`port ${err.port} was taken before ZooKeeper could bind it; trying another`);
@@ -115,7 +149,8 @@ class PortTaken extends Error {
   }
 }
 
-async function startOn(port: number): Promise<RunningZooKeeper> {
+async function startOn(where: { host: string; prefix: readonly string[] }, port: number): Promise<RunningZooKeeper> {
+  const { host, prefix } = where;
   const dir = mkdtempSync(path.join(os.tmpdir(), 'shardex-zk-'));
   const logFile = path.join(dir, 'zk.log');
   const config = path.join(dir, 'zoo.cfg');
@@ -127,7 +162,7 @@ async function startOn(port: number): Promise<RunningZooKeeper> {
       'maxSessionTimeout=60000',
       `dataDir=${path.join(dir, 'data')}`,
       `clientPort=${port}`,
-      'clientPortAddress=127.0.0.1',
+      `clientPortAddress=${host}`,
       'maxClientCnxns=0',
       'admin.enableServer=false',
       '4lw.commands.whitelist=ruok,srvr,stat,mntr',
@@ -138,9 +173,9 @@ async function startOn(port: number): Promise<RunningZooKeeper> {
   const log = openSync(logFile, 'a');
   let child: ChildProcess;
   try {
-    child = spawn('java', ['-Xmx256m', '-XX:+UseSerialGC', '-cp', CLASSPATH, 'org.apache.zookeeper.server.quorum.QuorumPeerMain', config], {
-      stdio: ['ignore', log, log],
-    });
+    const java = ['java', '-Xmx256m', '-XX:+UseSerialGC', '-cp', CLASSPATH, 'org.apache.zookeeper.server.quorum.QuorumPeerMain', config];
+    const [command, ...args] = [...prefix, ...java];
+    child = spawn(command!, args, { stdio: ['ignore', log, log] });
   } finally {
     closeSync(log);
   }
@@ -184,26 +219,33 @@ async function startOn(port: number): Promise<RunningZooKeeper> {
       if (/ENOENT|spawn java/i.test(death)) throw new Error(`Cannot start ZooKeeper: 'java' was not found (${death}). Run: ${INSTALL_HINT}`);
       throw new Error(`ZooKeeper exited while starting (${death}); last lines of its log:\n${tail(text, 30)}`);
     }
-    if ((await probe(port, 'srvr')).includes('Mode:')) break;
+    if ((await probe(where, port, 'srvr')).includes('Mode:')) break;
     if (Date.now() > deadline) {
       const text = readLog(logFile);
       await stop();
-      throw new Error(`ZooKeeper did not become ready on 127.0.0.1:${port} within ${READY_TIMEOUT_MS / 1000} s; last lines of its log:\n${tail(text, 30)}`);
+      throw new Error(`ZooKeeper did not become ready on ${host}:${port} within ${READY_TIMEOUT_MS / 1000} s; last lines of its log:\n${tail(text, 30)}`);
     }
     await sleep(100);
   }
-  progress(`ZooKeeper ready on 127.0.0.1:${port} (pid ${child.pid}, data in ${dir})`);
+  progress(`ZooKeeper ready on ${host}:${port} (pid ${child.pid}, data in ${dir})`);
   void exited.then((how) => {
     if (!stopping) progress(`the test ZooKeeper (pid ${child.pid}) died unexpectedly (${how}); last lines of ${logFile}:\n${tail(readLog(logFile), 30)}`);
   });
-  return { port, stop };
+  return { host, port, pid: child.pid, stop };
 }
 
+// The probe as a script for a node process started through the command prefix (argv: host port command).
+const PROBE_SCRIPT = `const s = require('net').connect({ host: process.argv[1], port: Number(process.argv[2]) });
+let r = ''; const done = () => { process.stdout.write(r); process.exit(0); };
+setTimeout(done, ${PROBE_TIMEOUT_MS}); s.on('connect', () => s.write(process.argv[3]));
+s.on('data', (c) => { r += c; }); s.on('end', done); s.on('error', done);`;
+
 /** Sends a four-letter command and returns the reply ('' on any error or after the timeout). */
-function probe(port: number, command: string): Promise<string> {
+function probe(where: { host: string; prefix: readonly string[] }, port: number, command: string): Promise<string> {
+  if (where.prefix.length > 0) return probeThrough(where, port, command);
   return new Promise((resolve) => {
     let reply = '';
-    const socket = net.connect({ host: '127.0.0.1', port });
+    const socket = net.connect({ host: where.host, port });
     const finish = () => {
       clearTimeout(timer);
       socket.destroy();
@@ -216,6 +258,24 @@ function probe(port: number, command: string): Promise<string> {
     });
     socket.on('end', finish);
     socket.on('error', finish);
+  });
+}
+
+/** The probe run by a node process through the command prefix (inside the namespace that can reach `host`). */
+function probeThrough(where: { host: string; prefix: readonly string[] }, port: number, command: string): Promise<string> {
+  return new Promise((resolve) => {
+    const [cmd, ...args] = [...where.prefix, process.execPath, '-e', PROBE_SCRIPT, where.host, String(port), command];
+    const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'ignore'] });
+    let reply = '';
+    const timer = setTimeout(() => child.kill('SIGKILL'), PROBE_TIMEOUT_MS * 3);
+    child.stdout.on('data', (chunk: Buffer) => {
+      reply += chunk.toString();
+    });
+    child.on('error', () => undefined);
+    child.on('close', () => {
+      clearTimeout(timer);
+      resolve(reply);
+    });
   });
 }
 

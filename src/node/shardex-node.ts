@@ -12,7 +12,7 @@ import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ShardIndex, type StoredDoc } from '../index/index.js';
-import { peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
+import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
@@ -350,6 +350,9 @@ export class ShardexNode {
         case 'recover':
           void this.recover(replica);
           break;
+        case 'catchUp':
+          void this.catchUp(replica, e.epoch);
+          break;
         default:
           break;
       }
@@ -382,6 +385,7 @@ export class ShardexNode {
       maxVersion: replica.store.maxVersion,
       trimmedThrough: replica.store.trimmedThrough,
       epoch: replica.epoch || replica.fence,
+      leading: replica.role === 'leader',
       ...(state && { replicaState: state }),
       ...(commit && { commit }),
     };
@@ -489,6 +493,45 @@ export class ShardexNode {
       }
     } finally {
       replica.recovering = false;
+    }
+  }
+
+  /**
+   * After a new leadership's announcement: once its leader is ready, peer sync from it (with
+   * convergence), so that a write of the deposed leader that reached the new leader and not us
+   * is not missing here. A replica that is recovering syncs anyway; when the leader's log does
+   * not reach back far enough, a full recovery runs instead.
+   */
+  private async catchUp(replica: ShardReplica, epoch: number): Promise<void> {
+    if (replica.catchingUp || this.stopped) return;
+    replica.catchingUp = true;
+    const { collection, shard } = replica;
+    try {
+      for (let attempt = 1; attempt <= 100 && !this.stopped && this.replicas.get(replica.key) === replica; attempt++) {
+        // A newer leadership than this one has its own catch-up; a recovery syncs by itself.
+        if (replica.fence !== epoch || replica.role !== 'follower' || replica.recovering) return;
+        const leader = this.coordinator.leader(collection, shard);
+        if (leader && leader.node !== this.name && leader.epoch === epoch) {
+          try {
+            const source = this.syncSource(leader.node, collection, shard);
+            const info = await source.info();
+            if (info.leading && info.epoch === epoch) {
+              if (!canPeerSync(replica.store.maxVersion, await syncStartOf(replica.store), info)) {
+                void this.recover(replica);
+                return;
+              }
+              const report = await syncFrom(replica, source, info);
+              if (report.applied > 0 || report.reverted > 0) this.log.info({ replica: replica.key, leader: leader.node, epoch, ...report }, 'replica caught up with a new leader');
+              return;
+            }
+          } catch (err) {
+            this.log.debug({ replica: replica.key, err: (err as Error).message }, 'catch-up with the new leader failed; retrying');
+          }
+        }
+        await sleep(Math.min(50 * attempt, 1000));
+      }
+    } finally {
+      replica.catchingUp = false;
     }
   }
 
