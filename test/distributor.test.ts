@@ -3,7 +3,7 @@
 // update, and what close() does to work that has not been sent.
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CommandDistributor, type UpdateOutcome, type UpdateTransport } from '../src/distrib/distributor.js';
-import type { ShardUpdate, ShardUpdateResult } from '../src/distrib/protocol.js';
+import type { ShardUpdate, ShardUpdateResult } from '../src/transport/index.js';
 import { ShardexError, type ErrorCode } from '../src/errors.js';
 
 const ok = (rf = 1): UpdateOutcome => ({ ok: true, result: { rf } });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeOps, encodeOps, type WireOp } from '../src/distrib/protocol.js';
+import { decodeOps, encodeOps, type WireOp } from '../src/transport/index.js';
 import { docText, encodeEntry, decodeEntry } from '../src/ulog/index.js';
 import { thrown } from './support/errors.js';
 

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CollectionState, Coordinator, LeaderInfo } from '../src/coordination/index.js';
 import type { CommandDistributor } from '../src/distrib/distributor.js';
-import type { ShardUpdate, ShardUpdateResult, WireOp } from '../src/distrib/protocol.js';
+import type { ShardUpdate, ShardUpdateResult, WireOp } from '../src/transport/index.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { EPOCH_UNIT, epochOf } from '../src/distrib/shard-state.js';
 import { parseSchema } from '../src/index/index.js';

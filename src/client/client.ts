@@ -34,7 +34,7 @@ import { QueryBatcher, type QueryBatcherOptions } from './query-batcher.js';
 import { WriteBatcher, type WriteBatcherOptions } from './write-batcher.js';
 import { distributedSearch } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
-import { PeerClients } from '../node/grpc.js';
+import { PeerClients } from '../transport/index.js';
 import { silentLogger } from '../node/logger.js';
 import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { ReadPath } from '../read/read-path.js';

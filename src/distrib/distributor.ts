@@ -5,7 +5,7 @@
 import pLimit, { type LimitFunction } from 'p-limit';
 import type { Logger } from 'pino';
 import { ShardexError } from '../errors.js';
-import type { ShardUpdate, ShardUpdateResult } from './protocol.js';
+import type { ShardUpdate, ShardUpdateResult } from '../transport/index.js';
 import { isTransient, linearBackoff, type BackoffPolicy } from './retry.js';
 
 export type UpdateOutcome = { ok: true; result: ShardUpdateResult } | { ok: false; error: ShardexError };

@@ -4,7 +4,7 @@
 import { ShardexError } from '../errors.js';
 import { admissionProblem, describeProblem, idProblem, type CollectionSchema } from '../index/index.js';
 import type { Doc } from '../ulog/index.js';
-import type { WireOp } from './protocol.js';
+import type { WireOp } from '../transport/index.js';
 
 export { idProblem, MAX_ID_BYTES } from '../index/index.js';
 

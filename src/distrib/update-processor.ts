@@ -18,7 +18,7 @@ import type { CollectionSchema } from '../index/index.js';
 import { docText, type UpdateOp } from '../ulog/index.js';
 import type { CommandDistributor } from './distributor.js';
 import { admitOps } from './documents.js';
-import type { ShardUpdate, ShardUpdateResult, WireOp } from './protocol.js';
+import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import type { ShardReplica } from './replica.js';
 import { isTransient, linearBackoff, sleep, type BackoffPolicy } from './retry.js';
 import type { ShardEffect } from './shard-state.js';

@@ -8,7 +8,7 @@ import type { FastifyInstance } from 'fastify';
 import type { CollectionSpec, CollectionState, Coordinator, NodeInfo } from '../coordination/index.js';
 import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
-import type { ShardUpdate, ShardUpdateResult, WireOp } from '../distrib/protocol.js';
+import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ShardIndex, type StoredDoc } from '../index/index.js';
@@ -21,7 +21,7 @@ import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { ReadPath, type ReadOptions, type ReadTransport } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';
 import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type StoreWrite, type StoredEntry } from '../ulog/index.js';
-import { PeerClients, PeerServer, portError } from './grpc.js';
+import { PeerClients, PeerServer, portError } from '../transport/index.js';
 import { buildHttp } from './http/app.js';
 
 export interface ShardexNodeOptions {
@@ -174,18 +174,18 @@ export class ShardexNode {
     this.grpcServer = new PeerServer(
       {
         update: (u) => this.onPeerUpdate(u),
-        get: (req) => this.onPeerGet(req as { collection: string; shard: string; ids: string[] }),
+        get: (req) => this.onPeerGet(req),
+        // The schema checked the shape; term statistics are the index's to read.
         search: (req) => this.onPeerSearch(req as PeerSearchRequest),
-        commit: (req) => this.commitLocal((req as { collection: string; shard: string }).collection, (req as { shard: string }).shard),
-        versions: async (req) => this.onPeerVersions(req as ShardRef & { replica?: string }),
-        updatesAfter: async (req) => {
-          const r = req as ShardRef & { after: number; limit: number; upto?: number };
+        commit: (req) => this.commitLocal(req.collection, req.shard),
+        versions: async (req) => this.onPeerVersions(req),
+        updatesAfter: async (r) => {
           const replica = this.localReplica(r.collection, r.shard);
           // A dirty replica holds writes nobody acknowledged: no new leader may take them from it.
           if (replica.health === 'dirty') throw new ShardexError('SHX_RECOVERING', `${this.name}'s replica of ${replica.key} is recovering from a deposed leadership; sync from another replica`);
           return replica.store.updatesAfter(r.after, Math.min(r.limit, 10_000), r.upto);
         },
-        copyShard: (req) => this.onPeerCopy(req as ShardRef & { commit?: boolean }),
+        copyShard: (req) => this.onPeerCopy(req),
       },
       this.log,
     );

@@ -14,7 +14,7 @@ import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { servePhase, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
 import { ShardexError } from '../errors.js';
-import { PeerClients, PeerServer, portError } from '../node/grpc.js';
+import { PeerClients, PeerServer, portError } from '../transport/index.js';
 import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 import { ReplicaStore } from '../ulog/index.js';
 import { ScanPool } from './scan-pool.js';
@@ -24,6 +24,11 @@ export interface EventualOptions {
   readonly busyTimeoutMs: number;
   /** Serve only from a snapshot at least this new (per shard); else SHX_SNAPSHOT_BEHIND. */
   readonly minVersion?: number;
+}
+
+/** A request without eventual options waits for a scan slot as long as the default busy timeout. */
+function eventualOf(e: EventualOptions | undefined): EventualOptions {
+  return e ?? { busyTimeoutMs: 5000 };
 }
 
 export interface ReaderAnswer<T> {
@@ -117,8 +122,11 @@ export class SnapshotReader {
         copyShard: () => {
           throw new ShardexError('SHX_BAD_REQUEST', 'a snapshot reader serves only eventual reads (get and search)');
         },
-        get: (req) => this.get(req as { collection: string; shard: string; ids: string[]; eventual: EventualOptions }),
-        search: (req) => this.search(req as ShardPhaseRequest & { eventual: EventualOptions }),
+        get: (req) => this.get({ ...req, eventual: eventualOf(req.eventual) }),
+        search: (req) => {
+          if (req.kind === 'export') throw new ShardexError('SHX_BAD_REQUEST', 'a snapshot reader serves only eventual reads (get and search)');
+          return this.search({ ...(req as ShardPhaseRequest), eventual: eventualOf(req.eventual) });
+        },
       },
       this.log,
     );

@@ -1,5 +1,6 @@
 // gRPC between nodes: the server side of proto/shardex.proto, and `PeerClients`, the
-// client side (one channel and one long-lived update stream per destination node).
+// client side (one channel and one long-lived update stream per destination node). Every
+// request is checked against its RPC's schema (schemas.ts) before a handler sees it.
 // ShardexError crosses the wire as a gRPC status plus the `shx-code` metadata entry, and is
 // rebuilt on the other side; a broken channel becomes a transient SHX_UNAVAILABLE.
 import { fileURLToPath } from 'node:url';
@@ -7,8 +8,18 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { Logger } from 'pino';
 import { ShardexError, errorFromWire } from '../errors.js';
+import type { z } from 'zod';
 import type { UpdateOutcome, UpdateTransport } from '../distrib/distributor.js';
-import { decodeOps, encodeOps, type ShardUpdate, type ShardUpdateResult } from '../distrib/protocol.js';
+import { decodeOps, encodeOps, type ShardUpdate, type ShardUpdateResult } from './protocol.js';
+import {
+  CommitRequest,
+  CopyShardRequest,
+  GetRequest,
+  SearchRequest,
+  UpdatesAfterRequest,
+  VersionsRequest,
+  requestProblem,
+} from './schemas.js';
 
 const PROTO = fileURLToPath(new URL('../../proto/shardex.proto', import.meta.url));
 
@@ -106,12 +117,25 @@ export function portError(what: string, host: string, port: number, err: Error):
 
 export interface PeerHandlers {
   update(u: ShardUpdate): Promise<ShardUpdateResult>;
-  get(req: unknown): Promise<unknown>;
-  search(req: unknown): Promise<unknown>;
-  commit(req: unknown): Promise<unknown>;
-  versions(req: unknown): Promise<unknown>;
-  updatesAfter(req: unknown): Promise<unknown>;
-  copyShard(req: unknown): AsyncIterable<unknown>;
+  get(req: GetRequest): Promise<unknown>;
+  search(req: SearchRequest): Promise<unknown>;
+  commit(req: CommitRequest): Promise<unknown>;
+  versions(req: VersionsRequest): Promise<unknown>;
+  updatesAfter(req: UpdatesAfterRequest): Promise<unknown>;
+  copyShard(req: CopyShardRequest): AsyncIterable<unknown>;
+}
+
+/** Parses a request body against its RPC's schema; SHX_BAD_REQUEST naming each bad field. */
+function checked<S extends z.ZodType>(method: string, schema: S, body: Buffer | undefined): z.infer<S> {
+  let json: unknown;
+  try {
+    json = fromJson<unknown>(body);
+  } catch {
+    throw new ShardexError('SHX_BAD_REQUEST', `${method} request body is not JSON`);
+  }
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) throw new ShardexError('SHX_BAD_REQUEST', requestProblem(method, parsed.error));
+  return parsed.data;
 }
 
 export function decodeUpdate(w: WireShardUpdate): ShardUpdate {
@@ -133,13 +157,13 @@ export class PeerServer {
 
   constructor(handlers: PeerHandlers, log: Logger) {
     const unary =
-      (fn: (req: unknown) => Promise<unknown>) =>
+      <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>) =>
       (call: grpc.ServerUnaryCall<JsonMessage, JsonMessage>, cb: grpc.sendUnaryData<JsonMessage>): void => {
-        let req: unknown;
+        let req: z.infer<S>;
         try {
-          req = fromJson(call.request.body);
-        } catch {
-          return cb(toServiceError(new ShardexError('SHX_BAD_REQUEST', 'request body is not JSON')));
+          req = checked(method, schema, call.request.body);
+        } catch (err) {
+          return cb(toServiceError(err));
         }
         fn(req).then(
           (res) => cb(null, { body: toJson(res) }),
@@ -167,15 +191,15 @@ export class PeerServer {
         call.on('end', () => call.end());
         call.on('error', () => undefined);
       },
-      get: unary(handlers.get),
-      search: unary(handlers.search),
-      commit: unary(handlers.commit),
-      versions: unary(handlers.versions),
-      updatesAfter: unary(handlers.updatesAfter),
+      get: unary('get', GetRequest, (r) => handlers.get(r)),
+      search: unary('search', SearchRequest, (r) => handlers.search(r)),
+      commit: unary('commit', CommitRequest, (r) => handlers.commit(r)),
+      versions: unary('versions', VersionsRequest, (r) => handlers.versions(r)),
+      updatesAfter: unary('updatesAfter', UpdatesAfterRequest, (r) => handlers.updatesAfter(r)),
       copyShard: (call: grpc.ServerWritableStream<JsonMessage, JsonMessage>) => {
         void (async () => {
           try {
-            for await (const chunk of handlers.copyShard(fromJson(call.request.body))) {
+            for await (const chunk of handlers.copyShard(checked('copyShard', CopyShardRequest, call.request.body))) {
               if (call.cancelled) return;
               if (!call.write({ body: toJson(chunk) })) await new Promise((r) => call.once('drain', r));
             }

@@ -1,0 +1,59 @@
+// One zod schema per node-to-node RPC request: what a peer sends is checked at the boundary, so
+// that the handlers behind it get typed requests instead of casts of JSON. Deep structures owned
+// by other parts (search parameters' details, term statistics) are checked for their shape here
+// and by their owners when used.
+import { z } from 'zod';
+
+const name = z.string().min(1).max(1024);
+const id = z.string().min(1).max(4096);
+const ShardRef = z.object({ collection: name, shard: name });
+
+/** What an eventual read asks of a snapshot reader (src/read's EventualOptions). */
+const eventual = z.object({ busyTimeoutMs: z.number().nonnegative(), minVersion: z.number().nonnegative().optional() }).optional();
+
+const SearchParams = z.looseObject({
+  q: z.string().optional(),
+  filters: z.array(z.string()).optional(),
+  sort: z.string().optional(),
+  offset: z.number().int().nonnegative().optional(),
+  limit: z.number().int().nonnegative().optional(),
+  fields: z.string().optional(),
+  partial: z.boolean().optional(),
+});
+
+export const GetRequest = ShardRef.extend({ ids: z.array(id).max(10_000), eventual });
+
+export const SearchRequest = z.discriminatedUnion('kind', [
+  ShardRef.extend({
+    kind: z.literal('export'),
+    after: z.string().optional(),
+    limit: z.number().int().min(1).max(10_000),
+    q: z.string().optional(),
+    filters: z.array(z.string()).optional(),
+    fields: z.string().optional(),
+  }),
+  ShardRef.extend({ kind: z.literal('stats'), params: SearchParams, eventual }),
+  ShardRef.extend({ kind: z.literal('query'), params: SearchParams, stats: z.record(z.string(), z.unknown()), eventual }),
+  ShardRef.extend({ kind: z.literal('fetch'), ids: z.array(id).max(10_000), fields: z.string().optional(), eventual }),
+]);
+
+export const CommitRequest = ShardRef;
+export const VersionsRequest = ShardRef.extend({ replica: name.optional() });
+export const UpdatesAfterRequest = ShardRef.extend({
+  after: z.number().nonnegative(),
+  limit: z.number().int().min(1),
+  upto: z.number().nonnegative().optional(),
+});
+export const CopyShardRequest = ShardRef.extend({ commit: z.boolean().optional() });
+
+export type GetRequest = z.infer<typeof GetRequest>;
+export type SearchRequest = z.infer<typeof SearchRequest>;
+export type CommitRequest = z.infer<typeof CommitRequest>;
+export type VersionsRequest = z.infer<typeof VersionsRequest>;
+export type UpdatesAfterRequest = z.infer<typeof UpdatesAfterRequest>;
+export type CopyShardRequest = z.infer<typeof CopyShardRequest>;
+
+/** The message of a request that does not fit its schema: each bad field, named. */
+export function requestProblem(method: string, err: z.ZodError): string {
+  return `malformed ${method} request from a peer: ${err.issues.map((i) => `${i.path.join('.') || '(body)'} ${i.message}`).join('; ')}`;
+}
