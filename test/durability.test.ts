@@ -142,9 +142,9 @@ describe('reconcile (convergent recovery)', () => {
       (v) => v > 100,
     );
     expect(changed.map((c) => c.id).sort()).toEqual(['over', 'stray']);
-    expect(store.versionOf('stray')).toBeUndefined();
+    expect(await store.versionOf('stray')).toBeUndefined();
     expect(await store.get('stray')).toBeUndefined();
-    expect(store.versionOf('over')).toBe(12);
+    expect(await store.versionOf('over')).toBe(12);
     expect((await store.updatesAfter(0, 100)).map((e) => e.version)).toEqual([10, 12]);
     expect(store.docCount).toBe(2);
     expect(store.maxVersion).toBe(12);
@@ -154,6 +154,64 @@ describe('reconcile (convergent recovery)', () => {
     const store = await open([]);
     await store.apply([op('x', 500)]);
     expect(await store.reconcile([{ id: 'x', leader: undefined }], (v) => v > 400)).toEqual([]);
-    expect(store.versionOf('x')).toBe(500);
+    expect(await store.versionOf('x')).toBe(500);
+  });
+});
+
+describe('bounded memory', () => {
+  async function openWith(name: string, opts: { idCacheSize?: number; deleteRetentionMs?: number }): Promise<ReplicaStore> {
+    const s = await ReplicaStore.open(join(dir, name), opts);
+    stores.push(s);
+    return s;
+  }
+  const knownIds = (s: ReplicaStore): number => (s as unknown as { known: Map<string, unknown> }).known.size;
+
+  it('keeps only the recently touched ids in memory and reads the others from disk, with the same answers', async () => {
+    const store = await openWith('lru', { idCacheSize: 100 });
+    for (let b = 0; b < 10; b++) await store.apply(Array.from({ length: 100 }, (_, i) => op(`id${b * 100 + i}`, 1000 + b * 100 + i)));
+    expect(knownIds(store)).toBeLessThanOrEqual(100);
+    // id0 left memory long ago: its version comes from LevelDB, and the version rule still holds.
+    expect(await store.versionOf('id0')).toBe(1000);
+    expect(await store.apply([op('id0', 999)])).toEqual([]);
+    expect((await store.apply([op('id0', 5000)])).map((o) => o.version)).toEqual([5000]);
+    expect(store.docCount).toBe(1000);
+  });
+
+  it('opens without reading the documents: the live count and newest version come back', async () => {
+    const store = await openWith('count', {});
+    await store.apply(Array.from({ length: 300 }, (_, i) => op(`c${i}`, i + 1)));
+    await store.apply(Array.from({ length: 50 }, (_, i) => ({ id: `c${i}`, version: 400 + i, doc: null })));
+    await store.close();
+    stores.splice(stores.indexOf(store), 1);
+    const again = await openWith('count', {});
+    expect(again.docCount).toBe(250);
+    expect(again.maxVersion).toBe(449);
+    expect(await again.versionOf('c0')).toBe(400);
+  });
+});
+
+describe('delete retention (gc_deletes)', () => {
+  it('keeps a tombstone within the retention, blocking an older add, and drops it after', async () => {
+    const s = await ReplicaStore.open(join(dir, 'gc'), { deleteRetentionMs: 60_000 });
+    stores.push(s);
+    await s.apply([op('a', 1)]);
+    await s.apply([{ id: 'a', version: 2, doc: null }]);
+    expect(await s.purgeTombstones(Date.now() + 30_000)).toBe(0);
+    expect(await s.apply([op('a', 1)])).toEqual([]);
+    expect(await s.get('a')).toEqual({ id: 'a', version: 2, doc: null });
+    expect(await s.purgeTombstones(Date.now() + 61_000)).toBe(1);
+    expect(await s.get('a')).toBeUndefined();
+    expect(await s.versionOf('a')).toBeUndefined();
+    expect(s.docCount).toBe(0);
+  });
+
+  it('does not drop a tombstone that a later write replaced', async () => {
+    const s = await ReplicaStore.open(join(dir, 'gc2'), { deleteRetentionMs: 1000 });
+    stores.push(s);
+    await s.apply([{ id: 'b', version: 2, doc: null }]);
+    await s.apply([op('b', 3)]);
+    expect(await s.purgeTombstones(Date.now() + 5000)).toBe(0);
+    expect(await s.get('b')).toEqual({ id: 'b', version: 3, doc: { id: 'b', n: 3 } });
+    expect(s.docCount).toBe(1);
   });
 });

@@ -105,7 +105,7 @@ export async function converge(replica: ShardReplica, source: SyncSource, from: 
   const sinceSync = (v: number): boolean => v > info.maxVersion && epochOf(v) >= peerEpoch;
   const suspects: string[] = [];
   for (const e of await replica.store.recentEntries(from, REORDER_WINDOW)) {
-    if (!sinceSync(e.version) && !seen.has(e.version) && replica.store.versionOf(e.id) === e.version) suspects.push(e.id);
+    if (!sinceSync(e.version) && !seen.has(e.version) && (await replica.store.versionOf(e.id)) === e.version) suspects.push(e.id);
   }
   let reverted = 0;
   for (let i = 0; i < suspects.length; i += ENTRIES_PAGE) {

@@ -47,6 +47,8 @@ export interface ShardexNodeOptions {
   readonly callTimeoutMs?: number;
   /** Scan-server selector profiles (Accumulo's JSON); default: Accumulo's default profile. */
   readonly selectorProfiles?: unknown;
+  /** How long a delete's tombstone is kept (Elasticsearch's gc_deletes); default 60 s. */
+  readonly deleteRetentionMs?: number;
   /** Observes every batch a replica writes to disk (tests check sync-before-ack with it). */
   readonly onStoreWrite?: (replica: string, write: StoreWrite) => void;
 }
@@ -279,6 +281,7 @@ export class ShardexNode {
       const store = await ReplicaStore.open(this.replicaDir(collection, shard), {
         durability: durabilityOf(this.coordinator.collection(collection)),
         ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
+        ...(this.o.deleteRetentionMs !== undefined && { deleteRetentionMs: this.o.deleteRetentionMs }),
         ...(this.o.writeBufferMb !== undefined && { writeBufferSize: this.o.writeBufferMb * 1024 * 1024 }),
         ...(onStoreWrite && { onWrite: (w: StoreWrite) => onStoreWrite(`${this.name}/${key}`, w) }),
       });

@@ -1,7 +1,10 @@
 // One replica's durable state in LevelDB: the update log keyed by version and the current
 // documents keyed by id, both written in one atomic batch per applied request. A stored
 // entry is the same JSON text in both places: {"id","v","doc"} (doc null = tombstone).
-// Tombstones keep their version so that a late, older add cannot resurrect a deleted id.
+// Tombstones keep their version so that a late, older add cannot resurrect a deleted id, for
+// a retention window (Elasticsearch's index.gc_deletes, 60 s) far longer than any update is in
+// flight; then they are dropped. Memory does not grow with the ids written: versions of ids not
+// recently touched are read from LevelDB, the live count is persisted with every batch.
 //
 // Writes are group-committed: applies issued while a batch is being written wait and go to disk
 // together in the next batch, so that concurrent requests share one sync. With durability
@@ -60,7 +63,13 @@ export interface ReplicaStoreOptions {
   readonly durability?: Durability;
   /** Called after every batch written to LevelDB. */
   readonly onWrite?: (w: StoreWrite) => void;
+  /** How long a delete's tombstone is kept (Elasticsearch's gc_deletes); default 60 s. */
+  readonly deleteRetentionMs?: number;
+  /** Ids whose version and liveness stay in memory (the recently touched); default 100,000. */
+  readonly idCacheSize?: number;
 }
+
+export const DEFAULT_DELETE_RETENTION_MS = 60_000;
 
 const LOG = 'l';
 const DOC = 'd';
@@ -72,6 +81,11 @@ const TRIMMED = 'm:trimmed';
 /** The newest leadership epoch this replica has seen: leaders of older epochs are fenced off. */
 const FENCE = 'm:fence';
 const SYNC_MARK = 'm:sync';
+/** The live documents, written with every batch that changes them. */
+const COUNT = 'm:count';
+/** Tombstones by the time they were written: t<ms, 16 digits><id> -> version (for the purge). */
+const TOMB = 't';
+const tombKey = (at: number, id: string): string => TOMB + String(at).padStart(VERSION_WIDTH, '0') + id;
 const FORMAT = 'm:format';
 /** Versions are epoch-major since format 2 (src/distrib/shard-state.ts). */
 const FORMAT_VERSION = '2';
@@ -84,6 +98,13 @@ const docKey = (id: string): string => DOC + id;
 export function docText(op: { readonly doc: Doc | null; readonly text?: string }): string | undefined {
   return op.doc === null ? undefined : (op.text ?? JSON.stringify(op.doc));
 }
+
+/** What is known of an id: its newest version (0 = none) and whether that is a live document. */
+interface Known {
+  readonly version: number;
+  readonly live: boolean;
+}
+const NONE: Known = { version: 0, live: false };
 
 export function encodeEntry(op: UpdateOp): string {
   return `{"id":${JSON.stringify(op.id)},"v":${op.version},"doc":${docText(op) ?? 'null'}}`;
@@ -102,8 +123,15 @@ export interface Reconcile {
 
 type BatchOp = { type: 'put'; key: string; value: string } | { type: 'del'; key: string };
 interface Undo {
-  readonly prev: number | undefined;
-  readonly wasLive: boolean;
+  readonly prev: Known;
+}
+interface Decision {
+  readonly applied: UpdateOp[];
+  readonly undo: Undo[];
+  /** Resolves when the batch holding the decision is on disk. */
+  readonly written: Promise<void>;
+  /** Ids pinned in memory until then. */
+  readonly ids: string[];
 }
 interface PendingBatch {
   readonly ops: BatchOp[];
@@ -116,8 +144,18 @@ interface PendingBatch {
 export class ReplicaStore {
   private readonly db: Level<string, string>;
   private readonly retention: number;
-  /** id -> version of the newest applied op (tombstones included). */
-  private readonly versions = new Map<string, number>();
+  /**
+   * What is known of recently touched ids, oldest first (a Map keeps insertion order); ids of
+   * applies not yet on disk are pinned and never evicted. Others are read from LevelDB.
+   */
+  private readonly known = new Map<string, Known>();
+  private readonly pinned = new Map<string, number>();
+  private readonly idCacheSize: number;
+  private readonly deleteRetentionMs: number;
+  /** Applies decide one at a time (their look-ups are async), in the order they were called. */
+  private decideChain: Promise<unknown> = Promise.resolve();
+  private readonly toDecide: Array<{ ops: readonly UpdateOp[]; opts: { readonly fence?: number }; resolve(d: Decision): void; reject(err: unknown): void }> = [];
+  private purgeTimer: NodeJS.Timeout | undefined;
   private liveDocs = 0;
   private logCount = 0;
   private maxVersionSeen = 0;
@@ -142,6 +180,8 @@ export class ReplicaStore {
     this.retention = retention;
     this.durability = opts.durability ?? DEFAULT_DURABILITY;
     this.onWrite = opts.onWrite;
+    this.idCacheSize = opts.idCacheSize ?? 100_000;
+    this.deleteRetentionMs = opts.deleteRetentionMs ?? DEFAULT_DELETE_RETENTION_MS;
   }
 
   /** Opens (creating if needed) the store in `dir` and loads its version map. */
@@ -160,6 +200,7 @@ export class ReplicaStore {
     }
     await store.load();
     store.armSyncTimer();
+    store.armPurgeTimer();
     store.durableMax = store.maxVersionSeen;
     // What was on disk at open is committed: readers can serve it after a restart.
     await store.commit();
@@ -184,14 +225,8 @@ export class ReplicaStore {
     );
   }
 
+  /** Reads what the store needs at open: bounded by the log's retention, not by the documents. */
   private async load(): Promise<void> {
-    for await (const [, value] of this.db.iterator({ gte: DOC, lt: DOC_END })) {
-      const e = decodeEntry(value);
-      this.versions.set(e.id, e.version);
-      if (e.doc !== null) this.liveDocs++;
-      else this.tombstones.add(e.id);
-      if (e.version > this.maxVersionSeen) this.maxVersionSeen = e.version;
-    }
     for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':' })) {
       this.logCount++;
       const v = Number(key.slice(1));
@@ -199,10 +234,14 @@ export class ReplicaStore {
     }
     const t = await this.db.get(TRIMMED);
     if (t !== undefined) this.trimmed = Number(t);
+    // Trimming drops the oldest log entries only: the newest version is in the log, or was trimmed.
+    if (this.trimmed > this.maxVersionSeen) this.maxVersionSeen = this.trimmed;
     const c = await this.db.get(COMMIT);
     if (c !== undefined) this.commitPoint = JSON.parse(c) as CommitPoint;
     const f = await this.db.get(FENCE);
     if (f !== undefined) this.fenceEpoch = Number(f);
+    const n = await this.db.get(COUNT);
+    if (n !== undefined) this.liveDocs = Number(n);
   }
 
   /** The newest leadership epoch recorded (0 = none yet); persisted with the data. */
@@ -244,8 +283,54 @@ export class ReplicaStore {
     return this.commitPoint;
   }
 
-  versionOf(id: string): number | undefined {
-    return this.versions.get(id);
+  /** The newest version this replica holds of `id` (tombstones included), or undefined. */
+  async versionOf(id: string): Promise<number | undefined> {
+    const k = this.known.get(id) ?? (await this.lookUp([id]))[0]!;
+    return k.version === 0 ? undefined : k.version;
+  }
+
+  /** What LevelDB holds of these ids (for ids not known in memory). */
+  private async lookUp(ids: readonly string[]): Promise<Known[]> {
+    const values = await this.db.getMany(ids.map(docKey));
+    return values.map((v) => {
+      if (v === undefined) return NONE;
+      const e = decodeEntry(v);
+      return { version: e.version, live: e.doc !== null };
+    });
+  }
+
+  /** Loads into memory what is known of every id of `ids` (before a decision about them). */
+  private async remember(ids: Iterable<string>): Promise<void> {
+    const missing: string[] = [];
+    for (const id of ids) if (!this.known.has(id) && !missing.includes(id)) missing.push(id);
+    if (missing.length === 0) return;
+    const found = await this.lookUp(missing);
+    missing.forEach((id, i) => {
+      if (!this.known.has(id)) this.known.set(id, found[i]!);
+    });
+  }
+
+  private setKnown(id: string, k: Known): void {
+    // Re-inserted: the most recently touched ids are the last to be evicted.
+    this.known.delete(id);
+    this.known.set(id, k);
+  }
+
+  private pin(id: string): void {
+    this.pinned.set(id, (this.pinned.get(id) ?? 0) + 1);
+  }
+
+  private unpin(ids: readonly string[]): void {
+    for (const id of ids) {
+      const n = (this.pinned.get(id) ?? 1) - 1;
+      if (n <= 0) this.pinned.delete(id);
+      else this.pinned.set(id, n);
+    }
+    if (this.known.size <= this.idCacheSize) return;
+    for (const id of this.known.keys()) {
+      if (this.known.size <= this.idCacheSize) break;
+      if (!this.pinned.has(id)) this.known.delete(id);
+    }
   }
 
   /**
@@ -256,39 +341,81 @@ export class ReplicaStore {
    * the batch is on disk (synced, with durability `request`).
    */
   apply(ops: readonly UpdateOp[], opts: { readonly fence?: number } = {}): Promise<UpdateOp[]> {
+    const decided = new Promise<Decision>((resolve, reject) => this.toDecide.push({ ops, opts, resolve, reject }));
+    // The first apply queued schedules a round that decides every apply queued by the time it runs.
+    if (this.toDecide.length === 1) {
+      const round = this.decideChain.then(() => this.decideQueued());
+      this.decideChain = round.catch(() => undefined);
+    }
+    return decided.then(({ applied, undo, written, ids }) =>
+      written.then(
+        () => {
+          this.unpin(ids);
+          return applied;
+        },
+        (err: unknown) => {
+          this.undoApplied(applied, undo);
+          this.unpin(ids);
+          throw err;
+        },
+      ),
+    );
+  }
+
+  /** One look-up for every queued apply's unknown ids, then each decided in the order it was called. */
+  private async decideQueued(): Promise<void> {
+    const queued = this.toDecide.splice(0);
+    try {
+      await this.remember(queued.flatMap((q) => q.ops.map((op) => op.id)));
+    } catch (err) {
+      for (const q of queued) q.reject(err);
+      return;
+    }
+    for (const q of queued) {
+      try {
+        q.resolve(this.decide(q.ops, q.opts));
+      } catch (err) {
+        q.reject(err);
+      }
+    }
+  }
+
+  /** Decides which ops apply (in memory, at once: their ids are known) and queues their batch. */
+  private decide(ops: readonly UpdateOp[], opts: { readonly fence?: number }): Decision {
     const applied: UpdateOp[] = [];
     const undo: Undo[] = [];
     const batch: BatchOp[] = [];
+    const ids: string[] = [];
     const maxBefore = this.maxVersionSeen;
+    const liveBefore = this.liveDocs;
+    const now = Date.now();
     for (const op of ops) {
-      const cur = this.versions.get(op.id);
-      if (cur !== undefined && cur >= op.version) continue;
+      const cur = this.known.get(op.id) ?? NONE;
+      if (cur.version >= op.version) continue;
       const text = encodeEntry(op);
       batch.push({ type: 'put', key: logKey(op.version), value: text }, { type: 'put', key: docKey(op.id), value: text });
-      const wasLive = cur !== undefined && this.isLiveVersion(op.id);
-      undo.push({ prev: cur, wasLive });
-      this.versions.set(op.id, op.version);
-      this.setLive(op.id, op.doc !== null);
-      if (op.doc !== null && !wasLive) this.liveDocs++;
-      else if (op.doc === null && wasLive) this.liveDocs--;
+      if (op.doc === null) batch.push({ type: 'put', key: tombKey(now, op.id), value: String(op.version) });
+      undo.push({ prev: cur });
+      this.setKnown(op.id, { version: op.version, live: op.doc !== null });
+      this.pin(op.id);
+      ids.push(op.id);
+      if (op.doc !== null && !cur.live) this.liveDocs++;
+      else if (op.doc === null && cur.live) this.liveDocs--;
       if (op.version > this.maxVersionSeen) this.maxVersionSeen = op.version;
       applied.push(op);
     }
+    if (this.liveDocs !== liveBefore) batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
     if (opts.fence !== undefined && opts.fence > this.fenceEpoch) {
       this.fenceEpoch = opts.fence;
       batch.push({ type: 'put', key: FENCE, value: String(opts.fence) });
     }
-    if (batch.length === 0) return Promise.resolve(applied);
+    if (batch.length === 0) return { applied, undo, written: Promise.resolve(), ids };
     const maxAfter = this.maxVersionSeen;
-    const written = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version));
-    return written.then(
-      () => applied,
-      (err: unknown) => {
-        this.undo(applied, undo);
-        if (this.maxVersionSeen === maxAfter) this.maxVersionSeen = maxBefore;
-        throw err;
-      },
-    );
+    const written = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version)).catch((err: unknown) => {
+      if (this.maxVersionSeen === maxAfter) this.maxVersionSeen = maxBefore;
+      throw err;
+    });
+    return { applied, undo, written, ids };
   }
 
   /**
@@ -334,38 +461,79 @@ export class ReplicaStore {
    * later. Convergent recovery uses this for entries a deposed leader applied and nobody acknowledged.
    */
   async reconcile(items: readonly Reconcile[], sinceSync: (version: number) => boolean): Promise<Reconcile[]> {
-    await this.flush();
-    const batch: BatchOp[] = [];
-    const changed: Reconcile[] = [];
-    for (const { id, leader } of items) {
-      const cur = this.versions.get(id);
-      if (cur !== undefined && sinceSync(cur)) continue;
-      if (cur === leader?.version) continue;
-      if (cur !== undefined) batch.push({ type: 'del', key: logKey(cur) });
-      const wasLive = cur !== undefined && this.isLiveVersion(id);
-      if (leader === undefined) {
-        batch.push({ type: 'del', key: docKey(id) });
-        this.versions.delete(id);
-        this.tombstones.delete(id);
-        if (wasLive) this.liveDocs--;
-      } else {
-        const text = encodeEntry(leader);
-        batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
-        this.versions.set(id, leader.version);
-        this.setLive(id, leader.doc !== null);
-        if (leader.doc !== null && !wasLive) this.liveDocs++;
-        else if (leader.doc === null && wasLive) this.liveDocs--;
+    const run = this.decideChain.then(async () => {
+      await this.flush();
+      await this.remember(items.map((i) => i.id));
+      const batch: BatchOp[] = [];
+      const changed: Reconcile[] = [];
+      for (const { id, leader } of items) {
+        const cur = this.known.get(id) ?? NONE;
+        if (cur.version !== 0 && sinceSync(cur.version)) continue;
+        if (cur.version === (leader?.version ?? 0)) continue;
+        if (cur.version !== 0) batch.push({ type: 'del', key: logKey(cur.version) });
+        if (leader === undefined) {
+          batch.push({ type: 'del', key: docKey(id) });
+          this.setKnown(id, NONE);
+          if (cur.live) this.liveDocs--;
+        } else {
+          const text = encodeEntry(leader);
+          batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
+          this.setKnown(id, { version: leader.version, live: leader.doc !== null });
+          if (leader.doc !== null && !cur.live) this.liveDocs++;
+          else if (leader.doc === null && cur.live) this.liveDocs--;
+        }
+        changed.push({ id, leader });
       }
-      changed.push({ id, leader });
-    }
-    if (batch.length === 0) return changed;
-    await this.enqueue(batch, true, []);
-    // Trimming drops the oldest entries only, so the newest version is the newest log key.
-    let max = 0;
-    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) max = Number(key.slice(1));
-    this.maxVersionSeen = max;
-    if (this.durableMax > max) this.durableMax = max;
-    return changed;
+      if (batch.length === 0) return changed;
+      batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
+      await this.enqueue(batch, true, []);
+      // Trimming drops the oldest entries only, so the newest version is the newest log key.
+      let max = this.trimmed;
+      for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) max = Math.max(max, Number(key.slice(1)));
+      this.maxVersionSeen = max;
+      if (this.durableMax > max) this.durableMax = max;
+      return changed;
+    });
+    this.decideChain = run.catch(() => undefined);
+    return run;
+  }
+
+  private armPurgeTimer(): void {
+    const every = Math.max(50, Math.min(10_000, Math.floor(this.deleteRetentionMs / 2)));
+    this.purgeTimer = setInterval(() => void this.purgeTombstones().catch(() => undefined), every);
+    this.purgeTimer.unref();
+  }
+
+  /**
+   * Drops tombstones older than the delete retention (Elasticsearch's gc_deletes): the id is
+   * then as if never written. One still current is removed; one a later write replaced is
+   * only unindexed. Returns how many tombstones were dropped.
+   */
+  purgeTombstones(now = Date.now()): Promise<number> {
+    const run = this.decideChain.then(async () => {
+      if (this.closed) return 0;
+      const batch: BatchOp[] = [];
+      let dropped = 0;
+      const due: Array<{ key: string; id: string; version: number }> = [];
+      for await (const [key, value] of this.db.iterator({ gte: TOMB, lt: tombKey(now - this.deleteRetentionMs, ''), limit: 10_000 })) {
+        due.push({ key, id: key.slice(1 + VERSION_WIDTH), version: Number(value) });
+      }
+      if (due.length === 0) return 0;
+      await this.remember(due.map((d) => d.id));
+      for (const d of due) {
+        batch.push({ type: 'del', key: d.key });
+        const cur = this.known.get(d.id) ?? NONE;
+        if (cur.version === d.version && !cur.live && !this.pinned.has(d.id)) {
+          batch.push({ type: 'del', key: docKey(d.id) });
+          this.setKnown(d.id, NONE);
+          dropped++;
+        }
+      }
+      await this.enqueue(batch, false, []);
+      return dropped;
+    });
+    this.decideChain = run.catch(() => undefined);
+    return run;
   }
 
   /** The newest version in the log below `below` (0 when none). */
@@ -386,32 +554,16 @@ export class ReplicaStore {
    * applied rather than dropped as a duplicate. An id a later apply has since moved on is
    * left as that apply set it.
    */
-  private undo(applied: readonly UpdateOp[], undo: ReadonlyArray<{ readonly prev: number | undefined; readonly wasLive: boolean }>): void {
+  private undoApplied(applied: readonly UpdateOp[], undo: readonly Undo[]): void {
     for (let i = applied.length - 1; i >= 0; i--) {
       const op = applied[i]!;
-      const { prev, wasLive } = undo[i]!;
-      if (this.versions.get(op.id) !== op.version) continue;
+      const { prev } = undo[i]!;
+      if (this.known.get(op.id)?.version !== op.version) continue;
       const live = op.doc !== null;
-      if (live && !wasLive) this.liveDocs--;
-      else if (!live && wasLive) this.liveDocs++;
-      if (prev === undefined) {
-        this.versions.delete(op.id);
-        this.tombstones.delete(op.id);
-      } else {
-        this.versions.set(op.id, prev);
-        this.setLive(op.id, wasLive);
-      }
+      if (live && !prev.live) this.liveDocs--;
+      else if (!live && prev.live) this.liveDocs++;
+      this.setKnown(op.id, prev);
     }
-  }
-
-  // Liveness of each id is tracked beside its version; a Set of tombstoned ids stays small.
-  private readonly tombstones = new Set<string>();
-  private isLiveVersion(id: string): boolean {
-    return !this.tombstones.has(id);
-  }
-  private setLive(id: string, live: boolean): void {
-    if (live) this.tombstones.delete(id);
-    else this.tombstones.add(id);
   }
 
   /** Waits until every write issued so far is on disk. */
@@ -420,7 +572,7 @@ export class ReplicaStore {
   }
 
   async get(id: string): Promise<StoredEntry | undefined> {
-    if (!this.versions.has(id)) return undefined;
+    if (this.known.get(id)?.version === 0) return undefined;
     const v = await this.db.get(docKey(id));
     return v === undefined ? undefined : decodeEntry(v);
   }
@@ -513,10 +665,10 @@ export class ReplicaStore {
 
   /** Removes everything (before a full copy from the leader). */
   async clear(): Promise<void> {
+    await this.decideChain;
     await this.flush();
     await this.db.clear();
-    this.versions.clear();
-    this.tombstones.clear();
+    this.known.clear();
     this.liveDocs = 0;
     this.logCount = 0;
     this.maxVersionSeen = 0;
@@ -538,6 +690,8 @@ export class ReplicaStore {
   async close(): Promise<void> {
     this.closed = true;
     if (this.syncTimer) clearInterval(this.syncTimer);
+    if (this.purgeTimer) clearInterval(this.purgeTimer);
+    await this.decideChain;
     // An async-durability replica syncs what it has before it closes.
     if (this.unsynced) await this.enqueue([], true, []).catch(() => undefined);
     await this.flush();
