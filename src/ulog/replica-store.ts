@@ -301,9 +301,10 @@ export class ReplicaStore {
 
   /** Loads into memory what is known of every id of `ids` (before a decision about them). */
   private async remember(ids: Iterable<string>): Promise<void> {
-    const missing: string[] = [];
-    for (const id of ids) if (!this.known.has(id) && !missing.includes(id)) missing.push(id);
-    if (missing.length === 0) return;
+    const wanted = new Set<string>();
+    for (const id of ids) if (!this.known.has(id)) wanted.add(id);
+    if (wanted.size === 0) return;
+    const missing = [...wanted];
     const found = await this.lookUp(missing);
     missing.forEach((id, i) => {
       if (!this.known.has(id)) this.known.set(id, found[i]!);
