@@ -1,0 +1,283 @@
+// Issue 13: the compose deployment, in real containers. The repository's docker-compose.yml
+// (unchanged but for its image variables and published ports) runs under podman-compose with
+// images built on this machine (test/support/containers.ts): one ZooKeeper, three data nodes,
+// two snapshot readers. The test talks to them only through ports published on 127.0.0.1; they
+// talk to each other only on the compose network of this run. Teardown removes the containers,
+// the network, the volumes and the images, also when the test fails.
+// If the container engine cannot start, the test fails and says what is missing.
+import { rmSync } from 'node:fs';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../src/node/local-zookeeper.js';
+import type { ClusterView } from '../support/cluster.js';
+import {
+  buildNodeBaseImage,
+  buildZooKeeperImage,
+  ComposeProject,
+  ensureContainerEngine,
+  prepareApp,
+  productionDependencies,
+  projectName,
+  removeLeftovers,
+  removeProject,
+  tail,
+  type ContainerEngine,
+} from '../support/containers.js';
+import { settled, until } from '../support/zk-cluster.js';
+
+const REPO = fileURLToPath(new URL('../..', import.meta.url));
+const NODES = ['shardex1', 'shardex2', 'shardex3'] as const;
+const READERS = ['reader1', 'reader2'] as const;
+const C = 'books';
+const HEALTHY_WITHIN_MS = 60_000;
+
+const startedAt = Date.now();
+const timings: Array<[string, number]> = [];
+
+function log(message: string): void {
+  process.stderr.write(`[containers +${((Date.now() - startedAt) / 1000).toFixed(1)}s] ${message}\n`);
+}
+
+async function timed<T>(what: string, step: () => Promise<T>): Promise<T> {
+  const t0 = Date.now();
+  log(`${what} ...`);
+  try {
+    return await step();
+  } finally {
+    timings.push([what, Date.now() - t0]);
+    log(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  }
+}
+
+interface Reply<T = any> {
+  readonly status: number;
+  readonly body: T;
+}
+
+/** One HTTP request to a published port on 127.0.0.1 (the only addresses this test contacts). */
+async function request<T = any>(method: string, url: string, body?: unknown): Promise<Reply<T>> {
+  if (!url.startsWith('http://127.0.0.1:')) throw new Error(`refusing to contact ${url}: only ports published on 127.0.0.1`);
+  const res = await fetch(url, {
+    method,
+    ...(body !== undefined && { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }),
+    signal: AbortSignal.timeout(15_000),
+  });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    /* not JSON */
+  }
+  return { status: res.status, body: parsed as T };
+}
+
+/** A failure a client retries during a failover: 503 with Retry-After, or the connection refused/reset. */
+function retryable(err: unknown): boolean {
+  const code = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
+  return ['ECONNREFUSED', 'ECONNRESET', 'UND_ERR_SOCKET', 'TimeoutError', 'AbortError'].includes(code);
+}
+
+describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nodes, 2 readers)', () => {
+  let engine: ContainerEngine | undefined;
+  let project: ComposeProject | undefined;
+  const name = projectName();
+  const buildDir = path.join(REPO, '.container-build', name);
+  const url: Record<string, string> = {};
+  let tornDown = false;
+
+  const teardown = async (): Promise<void> => {
+    if (tornDown) return;
+    tornDown = true;
+    rmSync(buildDir, { recursive: true, force: true });
+    if (!engine) return;
+    await timed('teardown (containers, network, volumes, images)', async () => {
+      const errors = await removeProject(engine!, name, REPO, log);
+      if (errors.length) log(`teardown could not remove everything:\n${errors.join('\n')}`);
+    });
+    engine.dispose();
+  };
+
+  beforeAll(async () => {
+    try {
+      engine = await timed('container engine (podman, podman-compose, runc)', () => ensureContainerEngine(log));
+      await timed('leftovers of earlier runs', () => removeLeftovers(engine!, REPO, log));
+      const ports = await Promise.all([...NODES, ...READERS].map(() => freePort()));
+      [...NODES, ...READERS].forEach((service, i) => (url[service] = `http://127.0.0.1:${ports[i]}`));
+      const images = { node: `localhost/${name}-node:latest`, zookeeper: `localhost/${name}-zookeeper:latest`, shardex: `localhost/${name}-shardex:latest` };
+      project = new ComposeProject(engine, name, path.join(REPO, 'docker-compose.yml'), {
+        SHARDEX_IMAGE: images.shardex,
+        SHARDEX_NODE_IMAGE: images.node,
+        SHARDEX_ZOOKEEPER_IMAGE: images.zookeeper,
+        SHARDEX_BUILD_TARGET: 'runtime-prebuilt',
+        SHARDEX_PREBUILT_DIR: path.relative(REPO, buildDir),
+        ...Object.fromEntries(NODES.map((n, i) => [`SHARDEX_PORT_${i + 1}`, String(ports[i])])),
+        ...Object.fromEntries(READERS.map((r, i) => [`SHARDEX_READER_PORT_${i + 1}`, String(ports[NODES.length + i])])),
+      });
+      log(`project ${name}; nodes ${NODES.map((n) => url[n]).join(' ')}; readers ${READERS.map((r) => url[r]).join(' ')}`);
+
+      await timed('images', async () => {
+        const deps = productionDependencies(REPO);
+        await Promise.all([
+          timed('app prepared on the host (dist/ + production node_modules -> app.tar)', () => prepareApp(REPO, buildDir, deps, log)),
+          timed('ZooKeeper image (local JDK + Debian zookeeper jars)', () => buildZooKeeperImage(engine!, images.zookeeper, log)),
+          timed('Node base image (local node + ldd libraries)', () => buildNodeBaseImage(engine!, images.node, deps.nativeModules)),
+        ]);
+        await timed('Shardex image (podman-compose build, target runtime-prebuilt)', async () => {
+          const built = await project!.compose(['build', 'shardex1'], 150_000);
+          if (built.code !== 0 || (await engine!.podman(['image', 'exists', images.shardex])).code !== 0) {
+            throw new Error(`podman-compose build failed (exit ${built.code}):\n${tail(built.stdout + built.stderr, 30)}`);
+          }
+        });
+      });
+      rmSync(buildDir, { recursive: true, force: true });
+
+      await timed('compose up -d', async () => {
+        const up = await project!.compose(['up', '-d'], 120_000);
+        const running = await engine!.podman(['ps', '--filter', `label=io.podman.compose.project=${name}`, '--format', '{{.Names}}']);
+        const names = running.stdout.split('\n').filter(Boolean);
+        if (up.code !== 0 || names.length !== 1 + NODES.length + READERS.length) {
+          throw new Error(`podman-compose up -d (exit ${up.code}) left ${names.length} containers running (${names.join(', ')}):\n${tail(up.stdout + up.stderr, 30)}`);
+        }
+      });
+
+      // podman-compose does not wait for depends_on health: the nodes retry ZooKeeper (and
+      // restart: unless-stopped covers one that gives up); here every process's /health is awaited.
+      await timed('every node and reader healthy', () =>
+        Promise.all(
+          [...NODES, ...READERS].map(async (service) => {
+            let last = 'no answer';
+            try {
+              await until(`${service} /health = 200`, HEALTHY_WITHIN_MS, async () => {
+                const r = await request('GET', `${url[service]}/health`);
+                last = `${r.status} ${JSON.stringify(r.body)}`;
+                return r.status === 200 ? true : undefined;
+              });
+            } catch (err) {
+              throw new Error(`${(err as Error).message} (last answer: ${last})\nlast lines of ${service}:\n${await project!.logs(service)}\nZooKeeper:\n${await project!.logs('zookeeper', 15)}`);
+            }
+          }),
+        ),
+      );
+    } catch (err) {
+      await teardown();
+      throw err;
+    }
+  }, 240_000);
+
+  afterAll(async () => {
+    await teardown();
+    const total = Date.now() - startedAt;
+    log(`timings: ${timings.map(([what, ms]) => `${what} ${(ms / 1000).toFixed(1)} s`).join('; ')}`);
+    log(`total: ${(total / 1000).toFixed(1)} s`);
+  }, 90_000);
+
+  it('passes the compose health checks of every container, and answers /health/live', { timeout: 60_000 }, async () => {
+    for (const service of ['zookeeper', ...NODES, ...READERS]) {
+      // Podman schedules health checks through systemd timers; without systemd they are run here.
+      const check = await engine!.podman(['healthcheck', 'run', project!.container(service)], 20_000);
+      expect(check.code, `${service}: ${check.stdout}${check.stderr}`).toBe(0);
+    }
+    for (const node of NODES) expect((await request('GET', `${url[node]}/health/live`)).status).toBe(200);
+    const health = await request('GET', `${url.shardex1}/health`);
+    expect(health.body).toMatchObject({ status: 'ok', node: 'shardex1' });
+  });
+
+  it('creates a collection, indexes and searches through ports published on 127.0.0.1', { timeout: 60_000 }, async () => {
+    const created = await request('POST', `${url.shardex1}/api/collections`, { name: C, numShards: 2, replicationFactor: 3, fields: { title: 'text', n: 'number' } });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    await until('every shard led and every replica active', 30_000, async () => (settled((await request<ClusterView>('GET', `${url.shardex3}/api/cluster`)).body, C) ? true : undefined));
+    const docs = Array.from({ length: 50 }, (_, n) => ({ id: `book-${n}`, title: n === 7 ? 'Dune' : `Book number ${n}`, n }));
+    const added = await request('POST', `${url.shardex2}/api/collections/${C}/docs?minRf=3`, docs);
+    expect(added.status, JSON.stringify(added.body)).toBe(200);
+    expect(added.body).toMatchObject({ added: 50, rf: 3 });
+    const got = await request('GET', `${url.shardex3}/api/collections/${C}/docs/book-7`);
+    expect(got.body).toMatchObject({ id: 'book-7', title: 'Dune' });
+    const found = await request('GET', `${url.shardex1}/api/collections/${C}/search?q=title:dune`);
+    expect(found.body).toMatchObject({ total: 1, hits: [{ id: 'book-7' }], shards: { total: 2, ok: 2, failed: 0 } });
+    expect((await request('GET', `${url.shardex2}/api/collections/${C}/search?q=*&limit=0`)).body.total).toBe(50);
+  });
+
+  it('serves eventual reads from the snapshot readers', { timeout: 60_000 }, async () => {
+    expect((await request('POST', `${url.shardex1}/api/collections/${C}/commit`)).status).toBe(200);
+    const res = await until('an eventual search served by readers', 30_000, async () => {
+      const r = await request('GET', `${url.shardex2}/api/collections/${C}/search?q=*&limit=0&consistency=eventual`);
+      return r.status === 200 && Object.values(r.body.servedBy ?? {}).every((s: any) => !s.fallback) ? r : undefined;
+    });
+    expect(res.body.total).toBe(50);
+    for (const served of Object.values(res.body.servedBy) as Array<{ node: string }>) expect(READERS).toContain(served.node);
+    const readers = await request('GET', `${url.shardex1}/api/readers`);
+    expect((readers.body.readers as Array<{ name: string }>).map((r) => r.name).sort()).toEqual([...READERS]);
+  });
+
+  it('fails over when the container leading a shard stops, and a write job finishes', { timeout: 120_000 }, async () => {
+    const view = (await request<ClusterView>('GET', `${url.shardex1}/api/cluster`)).body;
+    const victim = view.collections[C]!.shards.shard1!.leader!;
+    expect(NODES).toContain(victim);
+    const survivors = NODES.filter((n) => n !== victim).map((n) => url[n]!);
+
+    // The job: 100 batches of 10 documents, through the surviving nodes; a batch that meets a
+    // failover (503 with Retry-After, a refused or reset connection) is sent again.
+    const BATCHES = 100;
+    const acked: number[] = [];
+    let retries = 0;
+    let stoppedAt = 0;
+    let firstAckAfterStop = 0;
+    const unexpected: string[] = [];
+    const job = (async () => {
+      const deadline = Date.now() + 90_000;
+      for (let b = 0; b < BATCHES; b++) {
+        const docs = Array.from({ length: 10 }, (_, i) => ({ id: `job-${b * 10 + i}`, title: `job document ${b * 10 + i}`, n: b * 10 + i }));
+        for (let attempt = 0; ; attempt++) {
+          if (Date.now() > deadline) throw new Error(`the write job did not finish in 90 s: batch ${b} of ${BATCHES}; ${retries} retries; ${unexpected.slice(-3).join('; ')}`);
+          const sent = Date.now();
+          try {
+            const res = await request('POST', `${survivors[(b + attempt) % survivors.length]}/api/collections/${C}/docs`, docs);
+            if (res.status === 200) {
+              acked.push(b);
+              if (stoppedAt && sent > stoppedAt && !firstAckAfterStop) firstAckAfterStop = Date.now();
+              break;
+            }
+            if (res.status !== 503) unexpected.push(`${res.status} ${JSON.stringify(res.body)}`);
+          } catch (err) {
+            if (!retryable(err)) throw err;
+          }
+          retries++;
+          await sleep(200);
+        }
+      }
+    })();
+    job.catch(() => undefined);
+
+    await until('20 batches acknowledged before the stop', 30_000, async () => (acked.length >= 20 ? true : undefined));
+    stoppedAt = Date.now();
+    const stop = await timed(`podman stop ${victim} (leader of shard1)`, () => engine!.podman(['stop', '-t', '20', project!.container(victim)], 40_000));
+    expect(stop.code, stop.stderr).toBe(0);
+    const newView = await until('a new leader of shard1', 60_000, async () => {
+      const v = (await request<ClusterView>('GET', `${survivors[0]}/api/cluster`)).body;
+      const leader = v.collections[C]?.shards.shard1?.leader;
+      return leader && leader !== victim && !v.nodes.some((n) => n.name === victim) ? v : undefined;
+    });
+    log(`shard1: ${victim} stopped; ${newView.collections[C]!.shards.shard1!.leader} leads (${Date.now() - stoppedAt} ms after the stop)`);
+    await timed('the write job', () => job);
+    log(`write job: ${BATCHES} batches, ${retries} retried; first write sent after the stop acknowledged ${firstAckAfterStop ? firstAckAfterStop - stoppedAt : '?'} ms after it`);
+    expect(unexpected).toEqual([]);
+    expect(acked).toHaveLength(BATCHES);
+    for (const node of survivors) {
+      expect((await request('GET', `${node}/api/collections/${C}/search?q=*&limit=0`)).body.total).toBe(50 + BATCHES * 10);
+    }
+    expect((await request('GET', `${survivors[1]}/api/collections/${C}/docs/job-999`)).body).toMatchObject({ id: 'job-999', n: 999 });
+  });
+
+  it('down -v removes the containers and volumes (and network rm the network podman-compose leaves)', { timeout: 60_000 }, async () => {
+    const down = await timed('compose down -v', () => project!.compose(['down', '-v'], 60_000));
+    expect(down.code, tail(down.stdout + down.stderr, 20)).toBe(0);
+    await engine!.podman(['network', 'rm', '-f', `${name}_default`]);
+    const label = `label=io.podman.compose.project=${name}`;
+    expect((await engine!.podman(['ps', '-a', '-q', '--filter', label])).stdout.trim()).toBe('');
+    expect((await engine!.podman(['volume', 'ls', '-q', '--filter', label])).stdout.trim()).toBe('');
+    expect((await engine!.podman(['network', 'exists', `${name}_default`])).code).not.toBe(0);
+  });
+});
