@@ -6,6 +6,7 @@ const benches = {
   search: () => import('./search.mjs'),
   eventual: () => import('./eventual.mjs'),
   import: () => import('./import.mjs'),
+  restart: () => import('./restart.mjs'),
 };
 const [name = 'all', ...rest] = process.argv.slice(2);
 const names = name === 'all' ? Object.keys(benches) : [name];

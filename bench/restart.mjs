@@ -1,0 +1,90 @@
+// Restart: 3 `shardex node` processes on a local ZooKeeper, a collection of 2 shards x 2
+// replicas holding N generated documents; every node killed -9 at once and started again on its
+// data dir. Printed: the time until every replica is active and a search finds every document,
+// beside the same for an empty collection (the baseline, measured in the same run), and how
+// restart time grows with the document count (largest / smallest).
+import { fmt, log, parseFlags, postJson, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
+import { generateDocs } from '../dist/corpus.js';
+import pLimit from 'p-limit';
+
+const C = 'restart';
+
+async function ingest(urls, count) {
+  const limit = pLimit(8);
+  const batch = 1000;
+  let done = 0;
+  let last = performance.now();
+  const t0 = performance.now();
+  const jobs = [];
+  let docs = [];
+  let i = 0;
+  for (const d of generateDocs({ count, seed: 11 })) {
+    docs.push(d);
+    if (docs.length === batch) {
+      const body = docs;
+      const url = urls[i++ % urls.length];
+      docs = [];
+      jobs.push(limit(async () => {
+        await postJson(`${url}/api/collections/${C}/docs`, JSON.stringify(body));
+        done += body.length;
+        if (performance.now() - last > 5000) {
+          last = performance.now();
+          log(`  ${fmt(done)} / ${fmt(count)} docs indexed, ${fmt(done / ((last - t0) / 1000))} docs/s`);
+        }
+      }));
+      // Keep at most a few batches in memory ahead of the requests.
+      if (jobs.length % 64 === 0) await Promise.all(jobs.splice(0));
+    }
+  }
+  if (docs.length > 0) jobs.push(limit(() => postJson(`${urls[0]}/api/collections/${C}/docs`, JSON.stringify(docs))));
+  await Promise.all(jobs);
+}
+
+/** kill -9 every node, start them all again; ms until settled and a search counts `expected` documents. */
+async function restartAll(cluster, expected) {
+  const names = cluster.nodes.map((n, i) => `n${i + 1}`);
+  for (const n of cluster.nodes) process.kill(n.pid, 'SIGKILL');
+  cluster.nodes.length = 0;
+  const t0 = performance.now();
+  await Promise.all(names.map((name) => cluster.startNode(name)));
+  await waitSettled(cluster.urls[0], C, 30 * 60_000);
+  await until(`a search counting ${expected} documents`, 30 * 60_000, async () => {
+    const res = await httpRequest(`${cluster.urls[0]}/api/collections/${C}/search?q=*&limit=0`);
+    if (res.status !== 200) return undefined;
+    return JSON.parse(res.body).total === expected ? true : undefined;
+  });
+  return performance.now() - t0;
+}
+
+export async function run(rest) {
+  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000 });
+  const sizes = String(a.docs).split(',').map(Number);
+  const rows = [];
+  for (const n of sizes) {
+    log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes ...`);
+    const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout) });
+    try {
+      await postJson(`${cluster.urls[0]}/api/collections`, JSON.stringify({ name: C, numShards: 2, replicationFactor: 2, autoCommit: 'off' }));
+      await waitSettled(cluster.urls[0], C);
+      log('  baseline: kill -9 and restart with the collection empty ...');
+      const empty = await restartAll(cluster, 0);
+      log(`  empty: up and searchable in ${(empty / 1000).toFixed(1)} s; indexing ${fmt(n)} documents ...`);
+      await ingest(cluster.urls, n);
+      log('  kill -9 every node and restart ...');
+      const full = await restartAll(cluster, n);
+      log(`  ${fmt(n)} documents: up and searchable in ${(full / 1000).toFixed(1)} s`);
+      rows.push({ n, full, empty });
+    } finally {
+      await cluster.stop();
+    }
+  }
+  log('');
+  log('| documents (2 shards x 2 replicas, 3 node processes, all killed -9) | restart until searchable | empty collection, same run | ratio |');
+  log('|---|---|---|---|');
+  for (const r of rows) log(`| ${fmt(r.n)} | ${(r.full / 1000).toFixed(1)} s | ${(r.empty / 1000).toFixed(1)} s | ${(r.full / r.empty).toFixed(2)} |`);
+  if (rows.length > 1) {
+    const first = rows[0];
+    const last = rows[rows.length - 1];
+    log(`| growth ${fmt(last.n)} / ${fmt(first.n)} documents (x${(last.n / first.n).toFixed(0)}) | x${(last.full / first.full).toFixed(2)} | | |`);
+  }
+}
