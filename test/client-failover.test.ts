@@ -3,9 +3,8 @@
 // chain, one pending refresh timer, return only when listed, re-routing of queued batches,
 // minHosts, and the retry policy (retryable errors retried with backoff, rejections never).
 import { afterEach, describe, expect, it } from 'vitest';
-import { ShardexClient, decideHostFailure, type HostSuspendedEvent, type HostsRestoredEvent, type BatchRetryEvent, type BatchFailureEvent, type BatchSuccessEvent } from '../src/client/index.js';
+import { DEFAULT_HOST_UNAVAILABLE_CODES, ShardexClient, decideHostFailure, type HostSuspendedEvent, type HostsRestoredEvent, type BatchRetryEvent, type BatchFailureEvent, type BatchSuccessEvent } from '../src/client/index.js';
 import { ShardexError } from '../src/errors.js';
-import { HOST_UNAVAILABLE_CODES } from '../src/distrib/retry.js';
 import { FakeNet, ManualScheduler, connectionRefused, json, until } from './support/client-fakes.js';
 
 const N1 = 'http://node1.test';
@@ -45,7 +44,7 @@ function jobEvents(job: { onBatchSuccess: Function; onBatchFailure: Function; on
 
 describe('decideHostFailure (pure)', () => {
   const refused = new ShardexError('SHX_UNAVAILABLE', 'could not reach', { cause: new Error('fetch failed', { cause: Object.assign(new Error('x'), { code: 'ECONNREFUSED' }) }) });
-  const base = { listed: [N1, N2, N3], suspended: new Set<string>(), minHosts: 1, codes: HOST_UNAVAILABLE_CODES };
+  const base = { listed: [N1, N2, N3], suspended: new Set<string>(), minHosts: 1, codes: DEFAULT_HOST_UNAVAILABLE_CODES };
 
   it('leaves an error that is not host-unavailable to the retry policy', () => {
     expect(decideHostFailure({ ...base, host: N2, error: new ShardexError('SHX_NOT_LEADER', 'x') })).toEqual({ action: 'not-host-unavailable' });
@@ -228,7 +227,7 @@ describe('minHosts', () => {
     const net = new FakeNet();
     const { client } = clientOn(net);
     const job = client.writeBatcher({ collection: 'docs', minHosts: 4 });
-    await expect(job.add({ id: 'a' })).rejects.toThrow('minHosts 4 is more than the 3 live host(s)');
+    await expect(job.add({ id: 'a' })).rejects.toThrow('minHosts 4 is more than the 3 host(s) the cluster lists');
   });
 });
 
@@ -296,7 +295,7 @@ describe('retry policy', () => {
     net.failNext((c) => c.method === 'POST', () => json(503, { error: 'busy', code: 'SHX_UNAVAILABLE' }));
     const job = client.writeBatcher({ collection: 'docs', batchSize: 2 });
     const ev = jobEvents(job);
-    job.onBatchFailure((e) => void job.retry(e.batch));
+    job.onBatchFailure((e) => void (!e.retrying && job.retryWithFailureListeners(e.batch)));
     await job.addAll(idsOn(net, 'shard1', 2).map((id) => ({ id })));
     const report = await job.awaitCompletion();
     expect(report).toMatchObject({ written: 2, failed: 0, batchesFailed: 0, batchesSucceeded: 1 });

@@ -2,17 +2,20 @@
 // host failover). It keeps a cached cluster state, routes every update with the nodes' own
 // router and sends each shard's group straight to that shard's leader (so no node has to
 // forward it: phase TOLEADER work happens where the request lands), retries retryable errors
-// with backoff (never a rejected request), and suspends hosts that cannot be reached.
+// with backoff (never a rejected request), and suspends hosts that cannot be reached. Every
+// request goes through the one retry loop (failover.ts). In gateway mode (one URL for the whole
+// cluster, behind a load balancer) it only groups by shard and retries: no leader routing.
 import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { checkId, toAddOps } from '../distrib/documents.js';
-import { exponentialBackoff, isTransient, sleep, type BackoffPolicy } from '../distrib/retry.js';
+import { exponentialBackoff, type BackoffPolicy } from '../distrib/retry.js';
 import { groupByShard } from '../distrib/update-processor.js';
 import { ShardexError, isShardexError } from '../errors.js';
 import { ClusterSnapshot, type NodeView } from './cluster-state.js';
-import { DEFAULT_MIN_HOSTS, DEFAULT_SUSPEND_TIME_MS, HostAvailability, minHostsError } from './host-availability.js';
+import { DEFAULT_HOST_UNAVAILABLE_CODES, DEFAULT_MIN_HOSTS, DEFAULT_SUSPEND_TIME_MS, HostAvailability } from './host-availability.js';
+import { RequestExecutor, type AttemptFailure, type JobContext, type Outcome, type Request } from './failover.js';
 import { CoordinatorStateSource, HttpStateSource, normalizeUrls, type ClusterStateSource } from './state-source.js';
-import { intOption } from './options.js';
+import { checkKeys, codeListOption, durationOption, functionOption, intOption, oneOf } from './options.js';
 import { httpCall } from './transport.js';
 import type {
   AddResult,
@@ -31,6 +34,7 @@ import type {
   WriteOptions,
 } from './types.js';
 import { QueryBatcher, type QueryBatcherOptions } from './query-batcher.js';
+import { ReadBalanceAdmin, type NodeReadSlots, type ReadSlotsOptions } from './read-balance.js';
 import { WriteBatcher, type WriteBatcherOptions } from './write-batcher.js';
 import { distributedSearch } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
@@ -40,14 +44,7 @@ import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { ReadPath } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';
 
-/** The failover context of one job (a batcher) or of one plain operation. */
-export interface JobContext {
-  readonly minHosts: number;
-  readonly maxRetries: number;
-  /** The reason the job was stopped, if it was: no new attempt is made. */
-  stopReason(): unknown;
-  stop(reason: unknown): void;
-}
+export type { JobContext } from './failover.js';
 
 /** One request sent with failover: where it goes, and how. */
 interface FailoverRequest<T> {
@@ -65,8 +62,38 @@ export interface ExportPage {
   readonly next: string | null;
 }
 
-const STALE_STATE_CODES = new Set(['SHX_NOT_LEADER', 'SHX_NO_LEADER', 'SHX_STALE_EPOCH']);
 const MIN_REFRESH_GAP_MS = 250;
+
+const COMMON_KEYS = [
+  'suspendTimeForHostUnavailableMs',
+  'minHosts',
+  'hostUnavailableCodes',
+  'maxRetries',
+  'backoff',
+  'requestTimeoutMs',
+  'concurrency',
+  'refreshIntervalMs',
+  'logger',
+  'fetch',
+  'scheduler',
+  'selectorProfiles',
+] as const;
+
+/** Refuses unknown keys and a connection that names no cluster (or more than one way to it). */
+function checkConnection(opts: ShardexClientOptions): void {
+  const o = opts as unknown as Record<string, unknown>;
+  const ways = (['urls', 'zk', 'coordinator'] as const).filter((k) => o[k] !== undefined);
+  if (ways.length !== 1) {
+    throw new ShardexError(
+      'SHX_BAD_CONFIG',
+      ways.length === 0
+        ? 'the client needs one of urls (node URLs), zk (a ZooKeeper connect string) or coordinator'
+        : `give only one of urls, zk and coordinator, not ${ways.join(' and ')}`,
+    );
+  }
+  const own = { urls: ['urls', 'connection'], zk: ['zk', 'zkSessionTimeoutMs'], coordinator: ['coordinator'] }[ways[0]!];
+  checkKeys('client', opts, [...COMMON_KEYS, ...own]);
+}
 
 const defaultScheduler: Scheduler = {
   setTimeout: (fn, ms) => setTimeout(fn, ms),
@@ -79,6 +106,13 @@ export class ShardexClient {
   private readonly source: ClusterStateSource;
   private readonly fetchFn: FetchLike;
   private readonly log: Logger | undefined;
+  /** The client's pino logger (silent unless one was given). */
+  readonly logger: Logger;
+  /** The gateway's URL in gateway mode (`connection: "gateway"`). */
+  readonly gateway: string | undefined;
+  /** Timers of the failover machinery and of job deadlines (injectable: tests fire them). */
+  readonly scheduler: Scheduler;
+  private readonly executor: RequestExecutor;
   private readonly backoff: BackoffPolicy;
   private readonly requestTimeoutMs: number;
   private readonly concurrency: number;
@@ -100,30 +134,60 @@ export class ShardexClient {
   private readonly restoredListeners = new Set<(e: HostsRestoredEvent) => void>();
 
   constructor(opts: ShardexClientOptions) {
-    this.fetchFn = opts.fetch ?? ((url, init) => fetch(url, init));
+    checkConnection(opts);
+    this.fetchFn = functionOption<FetchLike>('fetch', opts.fetch) ?? ((url, init) => fetch(url, init));
     this.log = opts.logger?.child({ component: 'client' });
-    this.backoff = opts.backoff ?? exponentialBackoff(100, 5000);
+    this.logger = this.log ?? silentLogger();
+    this.backoff = functionOption<BackoffPolicy>('backoff', opts.backoff) ?? exponentialBackoff(100, 5000);
     this.requestTimeoutMs = intOption('requestTimeoutMs', opts.requestTimeoutMs, 60_000);
     this.concurrency = intOption('concurrency', opts.concurrency, 8);
     this.refreshIntervalMs = intOption('refreshIntervalMs', opts.refreshIntervalMs, 30_000, 0);
     this.minHosts = intOption('minHosts', opts.minHosts, DEFAULT_MIN_HOSTS);
     this.maxRetries = intOption('maxRetries', opts.maxRetries, 10, 0);
+    const suspendTimeMs = durationOption('suspendTimeForHostUnavailableMs', opts.suspendTimeForHostUnavailableMs, DEFAULT_SUSPEND_TIME_MS);
+    const codes = codeListOption('hostUnavailableCodes', opts.hostUnavailableCodes) ?? DEFAULT_HOST_UNAVAILABLE_CODES;
     this.selectorProfiles = opts.selectorProfiles;
     if ('coordinator' in opts) {
       this.source = new CoordinatorStateSource(async () => opts.coordinator, false, 'coordinator');
+      this.gateway = undefined;
     } else if ('zk' in opts) {
       this.source = CoordinatorStateSource.zookeeper(opts.zk, opts.zkSessionTimeoutMs ?? 15_000, opts.logger);
+      this.gateway = undefined;
     } else {
-      this.source = new HttpStateSource(normalizeUrls(opts.urls), this.fetchFn, this.requestTimeoutMs);
+      const urls = normalizeUrls(opts.urls);
+      if (oneOf('connection', opts.connection, ['direct', 'gateway'], 'direct') === 'gateway') {
+        if (urls.length !== 1) {
+          throw new ShardexError('SHX_BAD_CONFIG', `connection "gateway" takes one URL (the load balancer's), got ${urls.length}: ${urls.join(', ')}`);
+        }
+        // DMSDK: with a GATEWAY connection minHosts must be 1 (there is one host).
+        if (this.minHosts !== 1) throw new ShardexError('SHX_BAD_CONFIG', `minHosts must be 1 with connection "gateway" (one URL for the whole cluster), got ${this.minHosts}`);
+        this.gateway = urls[0];
+      } else {
+        this.gateway = undefined;
+      }
+      this.source = new HttpStateSource(urls, this.fetchFn, this.requestTimeoutMs);
     }
+    if (opts.scheduler !== undefined && (typeof opts.scheduler?.setTimeout !== 'function' || typeof opts.scheduler.clearTimeout !== 'function')) {
+      throw new ShardexError('SHX_BAD_CONFIG', 'scheduler must have setTimeout(fn, ms) and clearTimeout(handle)');
+    }
+    this.scheduler = opts.scheduler ?? defaultScheduler;
     this.failover = new HostAvailability({
-      suspendTimeMs: opts.suspendTimeForHostUnavailableMs ?? DEFAULT_SUSPEND_TIME_MS,
-      ...(opts.hostUnavailableCodes && { codes: opts.hostUnavailableCodes }),
-      scheduler: opts.scheduler ?? defaultScheduler,
+      suspendTimeMs,
+      codes,
+      scheduler: this.scheduler,
       reload: async () => (await this.refresh({ force: true })).allHosts(),
-      ...(this.log && { logger: this.log }),
+      logger: this.logger,
       onSuspended: (e) => emit(this.suspendedListeners, e, this.log),
       onRestored: (e) => emit(this.restoredListeners, e, this.log),
+    });
+    this.executor = new RequestExecutor({
+      gateway: this.gateway,
+      hosts: this.failover,
+      backoff: this.backoff,
+      logger: this.logger,
+      state: () => this.snapshot,
+      loaded: () => this.loaded,
+      refresh: () => this.refresh({ force: true }),
     });
   }
 
@@ -179,7 +243,9 @@ export class ShardexClient {
     if (!opts.force && this.loaded && Date.now() - this.lastRefresh < MIN_REFRESH_GAP_MS) return Promise.resolve(this.snapshot);
     const p = (async () => {
       try {
-        const s = await this.source.read(this.usableHosts(this.snapshot.allHosts()));
+        // A gateway's cluster lists addresses the client cannot reach: read through the gateway only.
+        const preferred = this.gateway !== undefined ? [] : this.snapshot.allHosts().filter((h) => !this.failover.isSuspended(h));
+        const s = await this.source.read(preferred);
         this.snapshot = s;
         this.loaded = true;
         this.lastRefresh = Date.now();
@@ -202,13 +268,9 @@ export class ShardexClient {
     return s;
   }
 
-  private usableHosts(listed: readonly string[]): string[] {
-    return listed.filter((h) => !this.failover.isSuspended(h));
-  }
-
-  /** The listed data hosts that are not suspended. */
+  /** The listed data hosts that are not suspended (the gateway, in gateway mode). */
   get liveHosts(): readonly string[] {
-    return this.usableHosts(this.snapshot.dataHosts());
+    return this.executor.usableHosts();
   }
 
   onHostSuspended(fn: (e: HostSuspendedEvent) => void): () => void {
@@ -223,15 +285,6 @@ export class ShardexClient {
 
   // ---- sending with failover ------------------------------------------------------------
 
-  private pickHost(preferred: string | undefined, spread: number): string {
-    if (preferred !== undefined && !this.failover.isSuspended(preferred)) return preferred;
-    const usable = this.liveHosts;
-    if (usable.length === 0) {
-      throw new ShardexError('SHX_UNAVAILABLE', `no usable host: the cluster state lists ${this.snapshot.dataHosts().length} data node(s), suspended: ${this.suspendedHosts.join(', ') || 'none'}`);
-    }
-    return usable[spread % usable.length]!;
-  }
-
   /** A context for one plain operation: the client's minHosts, never stopped from outside. */
   private singleOp(): JobContext {
     let reason: unknown;
@@ -239,42 +292,16 @@ export class ShardexClient {
   }
 
   /**
-   * Sends one request, retrying retryable failures with backoff. A host-unavailable failure
-   * goes through the failover decision: suspend (then re-read the state and retry elsewhere),
-   * unchanged (retry elsewhere), or stop the job (no retry). Rejected requests are not retried.
+   * Sends one request with failover and the retry policy (the one retry loop, failover.ts), and
+   * returns its value or throws the error it failed with.
    */
-  async withFailover<T>(job: JobContext, req: FailoverRequest<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      const stopped = job.stopReason();
-      if (stopped !== undefined) throw stopped;
-      if (req.signal?.aborted) throw req.signal.reason;
-      const live = this.liveHosts;
-      if (this.loaded && live.length < job.minHosts) {
-        const stop = minHostsError(undefined, live, job.minHosts, undefined);
-        job.stop(stop);
-        throw stop;
-      }
-      const host = this.pickHost(req.preferred(), req.spread + attempt - 1);
-      try {
-        return await req.send(host);
-      } catch (err) {
-        if (req.signal?.aborted) throw req.signal.reason;
-        const decision = this.failover.onFailure(host, err, this.snapshot.dataHosts(), job.minHosts);
-        if (decision.action === 'stop') {
-          const stop = minHostsError(host, decision.remaining, job.minHosts, err);
-          job.stop(stop);
-          throw stop;
-        }
-        const hostUnavailable = decision.action !== 'not-host-unavailable';
-        if (!(hostUnavailable || isTransient(err)) || attempt > job.maxRetries) throw err;
-        // The state may name a new leader by now (Solr re-reads it on comm errors and stale leaders).
-        if (hostUnavailable || (isShardexError(err) && STALE_STATE_CODES.has(err.code))) await this.refresh({ force: true }).catch(() => undefined);
-        const delayMs = this.backoff(attempt);
-        req.onRetry?.({ host, error: err, attempt, delayMs, hostUnavailable, suspended: decision.action === 'suspend' });
-        this.log?.debug({ host, attempt, delayMs, err: (err as Error).message }, 'retrying');
-        await sleep(delayMs, req.signal);
-      }
-    }
+  withFailover<T>(job: JobContext, req: FailoverRequest<T>): Promise<T> {
+    return this.executor.value(job, {
+      route: { to: 'any', spread: req.spread, preferred: req.preferred },
+      send: (host) => req.send(host!),
+      ...(req.signal && { signal: req.signal }),
+      ...(req.onRetry && { onFailure: (f: AttemptFailure) => void (f.retrying && req.onRetry!(f)) }),
+    });
   }
 
   /** Runs `fn` under the caller's signal and `timeoutMs` deadline (SHX_TIMEOUT when it passes). */
@@ -299,61 +326,64 @@ export class ShardexClient {
     collection: string,
     shard: string,
     docs: readonly unknown[],
-    o: { minRf?: number; spread: number; onRetry?: (info: RetryInfo) => void; signal?: AbortSignal | undefined },
-  ): Promise<{ host: string; added: number; rf: number; versions: Record<string, number>; minRfMet: boolean }> {
+    o: { minRf?: number; spread: number; onFailure?: (f: AttemptFailure) => void; signal?: AbortSignal | undefined },
+  ): Promise<Outcome<ShardWrite & { host: string }>> {
     const query = o.minRf !== undefined ? `?minRf=${o.minRf}` : '';
-    return this.viaLeader(job, collection, shard, o, async (host) => {
-      const { body } = await httpCall<{ added: number; rf: number; versions: Record<string, number>; minRfMet?: boolean }>(this.fetchFn, {
-        method: 'POST',
-        host,
-        path: `/api/collections/${enc(collection)}/docs${query}`,
-        body: docs,
-        timeoutMs: this.requestTimeoutMs,
-        ...(o.signal && { signal: o.signal }),
-      });
-      return { host, added: body.added, rf: body.rf, versions: body.versions ?? {}, minRfMet: body.minRfMet !== false };
+    return this.executor.run(job, {
+      route: { to: 'leader', collection, shard, spread: o.spread },
+      update: true,
+      ...(o.onFailure && { onFailure: o.onFailure }),
+      ...(o.signal && { signal: o.signal }),
+      send: async (host) => {
+        const { body } = await httpCall<{ added: number; rf: number; versions: Record<string, number>; minRfMet?: boolean }>(this.fetchFn, {
+          method: 'POST',
+          host: host!,
+          path: `/api/collections/${enc(collection)}/docs${query}`,
+          body: docs,
+          timeoutMs: this.requestTimeoutMs,
+          ...(o.signal && { signal: o.signal }),
+        });
+        return { host: host!, added: body.added, rf: body.rf, versions: body.versions ?? {}, minRfMet: body.minRfMet !== false };
+      },
     });
   }
 
-  /** One page of a shard's export cursor, from that shard's leader (used by the query batcher). */
+  /**
+   * One page of a shard's export cursor, from that shard's leader (used by the query batcher).
+   * While the shard has no leader the page waits for one (no retry budget is spent).
+   */
   exportPage(
     job: JobContext,
     collection: string,
     shard: string,
     page: { q: string; after: string | undefined; limit: number; fields?: readonly string[] },
-    o: { spread: number; onRetry?: (info: RetryInfo) => void; signal?: AbortSignal | undefined },
-  ): Promise<ExportPage & { host: string }> {
+    o: { spread: number; onFailure?: (f: AttemptFailure) => void; onParked?: (parked: boolean) => void; signal?: AbortSignal | undefined },
+  ): Promise<Outcome<ExportPage & { host: string }>> {
     const params = new URLSearchParams({ shard, q: page.q, limit: String(page.limit) });
     if (page.after !== undefined) params.set('after', page.after);
     if (page.fields && page.fields.length > 0) params.set('fields', page.fields.join(','));
-    return this.viaLeader(job, collection, shard, o, async (host) => {
-      const { body } = await httpCall<ExportPage>(this.fetchFn, {
-        method: 'GET',
-        host,
-        path: `/api/collections/${enc(collection)}/export?${params}`,
-        timeoutMs: this.requestTimeoutMs,
-        ...(o.signal && { signal: o.signal }),
-      });
-      if (!Array.isArray(body?.docs)) throw new ShardexError('SHX_INTERNAL', `${host} answered the export of ${collection}/${shard} without a docs array`);
-      return { host, docs: body.docs, next: body.next ?? null };
+    return this.executor.run(job, {
+      route: { to: 'leader', collection, shard, spread: o.spread, parkWithoutLeader: true },
+      ...(o.onFailure && { onFailure: o.onFailure }),
+      ...(o.onParked && { onParked: o.onParked }),
+      ...(o.signal && { signal: o.signal }),
+      send: async (host) => {
+        const { body } = await httpCall<ExportPage>(this.fetchFn, {
+          method: 'GET',
+          host: host!,
+          path: `/api/collections/${enc(collection)}/export?${params}`,
+          timeoutMs: this.requestTimeoutMs,
+          ...(o.signal && { signal: o.signal }),
+        });
+        if (!Array.isArray(body?.docs)) throw new ShardexError('SHX_INTERNAL', `${host} answered the export of ${collection}/${shard} without a docs array`);
+        return { host: host!, docs: body.docs, next: body.next ?? null };
+      },
     });
   }
 
-  /** A job's request to a shard's leader, failing over (and re-routing) as the job's hosts fail. */
-  private viaLeader<T>(
-    job: JobContext,
-    collection: string,
-    shard: string,
-    o: { spread: number; onRetry?: (info: RetryInfo) => void; signal?: AbortSignal | undefined },
-    send: (host: string) => Promise<T>,
-  ): Promise<T> {
-    return this.withFailover(job, {
-      preferred: () => this.snapshot.leaderHost(collection, shard),
-      spread: o.spread,
-      ...(o.onRetry && { onRetry: o.onRetry }),
-      ...(o.signal && { signal: o.signal }),
-      send,
-    });
+  /** Runs a job's own work through the one retry loop (the query batcher's listeners: DMSDK's RetryListener). */
+  runForJob<T>(job: JobContext, req: Request<T>): Promise<Outcome<T>> {
+    return this.executor.run(job, req);
   }
 
   nextSpread(): number {
@@ -362,7 +392,11 @@ export class ShardexClient {
 
   // ---- operations -------------------------------------------------------------------------
 
-  /** Adds documents: validated whole first, grouped by shard, each group posted to its leader. */
+  /**
+   * Adds documents: validated whole first, grouped by shard, each group posted to its leader.
+   * A failure says which shards failed, what was written, and whether the failed part may
+   * still have been applied (`details.indeterminate`).
+   */
   async add(collection: string, docs: readonly unknown[], opts: WriteOptions = {}): Promise<AddResult & { minRfMet: boolean }> {
     // Shape and ids first, without the cluster; then the field values against the collection's schema.
     toAddOps(docs);
@@ -373,12 +407,12 @@ export class ShardexClient {
       const job = this.singleOp();
       const limit = pLimit(this.concurrency);
       const spread = this.nextSpread();
-      const settled = await Promise.allSettled(
+      const outcomes = await Promise.all(
         [...groups].map(([shard, group]) =>
           limit(() => this.postShard(job, collection, shard, group.map((op) => op.doc), { ...(opts.minRf !== undefined && { minRf: opts.minRf }), spread, signal })),
         ),
       );
-      return mergeWrites(settled, [...groups.keys()], ops.length);
+      return mergeWrites(outcomes, [...groups.keys()], ops.length);
     });
   }
 
@@ -392,36 +426,41 @@ export class ShardexClient {
       const limit = pLimit(this.concurrency);
       const query = opts.minRf !== undefined ? `?minRf=${opts.minRf}` : '';
       const versions: Record<string, number> = {};
-      const settled = await Promise.allSettled(
+      const outcomes = await Promise.all(
         ids.map((id, i) =>
           limit(async () => {
-            const shard = router.route(id).shard;
-            const body = await this.withFailover(job, {
-              preferred: () => this.snapshot.leaderHost(collection, shard),
-              spread: i,
+            const out = await this.executor.run(job, {
+              route: { to: 'leader', collection, shard: router.route(id).shard, spread: i },
+              update: true,
               ...(signal && { signal }),
               send: async (host) =>
                 (
                   await httpCall<{ version: number }>(this.fetchFn, {
                     method: 'DELETE',
-                    host,
+                    host: host!,
                     path: `/api/collections/${enc(collection)}/docs/${enc(id)}${query}`,
                     timeoutMs: this.requestTimeoutMs,
                     ...(signal && { signal }),
                   })
                 ).body,
             });
-            versions[id] = body.version;
+            if (out.ok) versions[id] = out.value.version;
+            return out;
           }),
         ),
       );
-      const failures = settled.flatMap((r, i) => (r.status === 'rejected' ? [{ id: ids[i]!, error: r.reason as unknown }] : []));
+      const failures = outcomes.flatMap((r, i) => (r.ok ? [] : [{ id: ids[i]!, error: r.error, indeterminate: r.indeterminate }]));
       if (failures.length > 0) {
         const first = failures[0]!.error;
-        throw new ShardexError(isShardexError(first) ? first.code : 'SHX_INTERNAL', `${failures.length} of ${ids.length} delete(s) failed: ${(first as Error).message}`, {
-          cause: first,
-          details: { deleted: Object.keys(versions).length, failedIds: failures.map((f) => f.id) },
-        });
+        const unsure = failures.filter((f) => f.indeterminate).map((f) => f.id);
+        throw new ShardexError(
+          isShardexError(first) ? first.code : 'SHX_INTERNAL',
+          `${failures.length} of ${ids.length} delete(s) failed: ${(first as Error).message}${unsure.length > 0 ? `; ${unsure.length} of them may have been applied (indeterminate): retry them` : ''}`,
+          {
+            cause: first,
+            details: { deleted: Object.keys(versions).length, failedIds: failures.map((f) => f.id), indeterminate: unsure.length > 0, indeterminateIds: unsure },
+          },
+        );
       }
       return { deleted: ids.length, versions };
     });
@@ -430,21 +469,22 @@ export class ShardexClient {
   /**
    * A document by id. Immediate (default): from the shard's leader, which sees every
    * acknowledged write. Eventual: the client runs the scan-server selector itself and asks the
-   * chosen snapshot reader over gRPC, falling back to the leader when none can serve.
+   * chosen snapshot reader over gRPC, falling back to the leader when none can serve (through a
+   * gateway: the node the gateway picks does that).
    */
   async get(collection: string, id: string, opts: ReadOptions = {}): Promise<StoredDoc | undefined> {
     checkId(id);
     return this.withDeadline(opts, `getting ${collection}/${id}`, async (signal) => {
       const s = await this.collectionState(collection);
       const shard = s.router(collection).route(id).shard;
-      if (opts.consistency === 'eventual') return this.eventualGet(collection, shard, id, opts);
+      if (opts.consistency === 'eventual' && this.gateway === undefined) return this.eventualGet(collection, shard, id, opts);
       try {
-        return await this.withFailover(this.singleOp(), {
-          preferred: () => this.snapshot.leaderHost(collection, shard),
-          spread: this.nextSpread(),
+        return await this.executor.value(this.singleOp(), {
+          route: { to: 'leader', collection, shard, spread: this.nextSpread() },
           ...(signal && { signal }),
           send: async (host) =>
-            (await httpCall<StoredDoc>(this.fetchFn, { method: 'GET', host, path: `/api/collections/${enc(collection)}/docs/${enc(id)}${readQuery(opts)}`, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) })).body,
+            (await httpCall<StoredDoc>(this.fetchFn, { method: 'GET', host: host!, path: `/api/collections/${enc(collection)}/docs/${enc(id)}${readQuery(opts)}`, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) }))
+              .body,
         });
       } catch (err) {
         if (isShardexError(err) && err.code === 'SHX_NOT_FOUND') return undefined;
@@ -487,29 +527,20 @@ export class ShardexClient {
     };
   }
 
-  /** Retries a read on retryable errors, re-reading the cluster state in between. */
-  private async retryRead<T>(what: string, run: () => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await run();
-      } catch (err) {
-        if (!isTransient(err) || attempt > this.maxRetries) throw err;
-        this.log?.warn({ what, attempt, err: (err as Error).message }, 'eventual read failed; retrying');
-        await sleep(this.backoff(attempt));
-        await this.refresh({ force: true }).catch(() => undefined);
-      }
-    }
+  /** An eventual read through the one retry loop: retryable failures retried, the state re-read in between. */
+  private retryRead<T>(run: () => Promise<T>): Promise<T> {
+    return this.executor.value(this.singleOp(), { route: { to: 'self' }, send: () => run() });
   }
 
   private async eventualGet(collection: string, shard: string, id: string, opts: ReadOptions): Promise<StoredDoc | undefined> {
-    const { entries } = await this.retryRead(`get ${collection}/${id}`, () => this.eventualPath().get(collection, shard, [id], this.eventualOptions(opts)));
+    const { entries } = await this.retryRead(() => this.eventualPath().get(collection, shard, [id], this.eventualOptions(opts)));
     const e = entries[0];
     return e && e.doc !== null ? ({ ...e.doc, id: e.id, _version_: e.version, _shard_: shard } as StoredDoc) : undefined;
   }
 
   private async eventualSearch(collection: string, query: string, opts: SearchOptions): Promise<SearchResult> {
     const c = (await this.collectionState(collection)).collection(collection)!;
-    return this.retryRead(`search ${collection}`, async () => {
+    return this.retryRead(async () => {
       const servedBy: Record<string, ServedBy> = {};
       const searchers = this.eventualPath().searchers(collection, c.shards.map((s) => s.name), this.eventualOptions(opts), servedBy);
       const res = await distributedSearch(parseSchema(c.fields), searchers, {
@@ -526,7 +557,7 @@ export class ShardexClient {
 
   /** A distributed search, through any usable node (eventual: the client picks readers itself). */
   async search(collection: string, query: string, opts: SearchOptions = {}): Promise<SearchResult> {
-    if (opts.consistency === 'eventual') return this.withDeadline(opts, `searching ${collection}`, () => this.eventualSearch(collection, query, opts));
+    if (opts.consistency === 'eventual' && this.gateway === undefined) return this.withDeadline(opts, `searching ${collection}`, () => this.eventualSearch(collection, query, opts));
     const params = readParams(opts);
     params.set('q', query);
     if (opts.filter !== undefined) params.set('filter', opts.filter);
@@ -567,6 +598,25 @@ export class ShardexClient {
     return new QueryBatcher(this, collection, query, opts);
   }
 
+  private readBalanceAdmin: ReadBalanceAdmin | undefined;
+
+  /** The read balancer's settings (stored in coordination, applied live by every node) and slot counters. */
+  get readBalance(): ReadBalanceAdmin {
+    // Counters are per node: list the nodes as they are now (a read within 250 ms is reused).
+    // Behind a gateway only the gateway is reachable: it answers for whichever node it picks.
+    const nodes = async (): Promise<Array<{ name: string; http: string }>> => {
+      if (this.gateway !== undefined) return [{ name: 'gateway', http: this.gateway }];
+      await this.connect();
+      return (await this.refresh()).nodes.filter((n) => n.role === 'data');
+    };
+    return (this.readBalanceAdmin ??= new ReadBalanceAdmin({ fetch: this.fetchFn, timeoutMs: this.requestTimeoutMs, nodes }));
+  }
+
+  /** Each live data node's read slots: limit, taken, free and queued per priority and target. */
+  readSlots(opts?: ReadSlotsOptions): Promise<NodeReadSlots[]> {
+    return this.readBalance.slots(opts);
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -594,14 +644,17 @@ function readQuery(opts: ReadOptions): string {
 
 type ShardWrite = { added: number; rf: number; versions: Record<string, number>; minRfMet: boolean };
 
-/** Merges per-shard answers: all ok -> one result; any failure -> an error saying what was written. */
-function mergeWrites(settled: PromiseSettledResult<ShardWrite>[], shards: readonly string[], total: number): AddResult & { minRfMet: boolean } {
+/**
+ * Merges per-shard outcomes: all ok -> one result; any failure -> an error saying what was
+ * written, which shards failed, and which of them may have been applied all the same.
+ */
+function mergeWrites(outcomes: ReadonlyArray<Outcome<ShardWrite>>, shards: readonly string[], total: number): AddResult & { minRfMet: boolean } {
   const versions: Record<string, number> = {};
   let rf = Infinity;
   let minRfMet = true;
-  const failed: Array<{ shard: string; error: unknown }> = [];
-  settled.forEach((r, i) => {
-    if (r.status === 'rejected') return void failed.push({ shard: shards[i]!, error: r.reason });
+  const failed: Array<{ shard: string; error: unknown; indeterminate: boolean }> = [];
+  outcomes.forEach((r, i) => {
+    if (!r.ok) return void failed.push({ shard: shards[i]!, error: r.error, indeterminate: r.indeterminate });
     Object.assign(versions, r.value.versions);
     rf = Math.min(rf, r.value.rf);
     minRfMet &&= r.value.minRfMet;
@@ -609,10 +662,12 @@ function mergeWrites(settled: PromiseSettledResult<ShardWrite>[], shards: readon
   if (failed.length > 0) {
     const first = failed.find((f) => isShardexError(f.error) && !f.error.retryable) ?? failed[0]!;
     const written = Object.keys(versions).length;
+    const unsure = failed.filter((f) => f.indeterminate).map((f) => f.shard);
     throw new ShardexError(
       isShardexError(first.error) ? first.error.code : 'SHX_INTERNAL',
-      `${written} of ${total} document(s) written; shard(s) ${failed.map((f) => f.shard).join(', ')} failed: ${failed.map((f) => (f.error as Error).message).join('; ')}`,
-      { cause: first.error, details: { written, versions, failedShards: failed.map((f) => f.shard) } },
+      `${written} of ${total} document(s) written; shard(s) ${failed.map((f) => f.shard).join(', ')} failed: ${failed.map((f) => (f.error as Error).message).join('; ')}` +
+        (unsure.length > 0 ? `; the documents of shard(s) ${unsure.join(', ')} may have been written all the same (indeterminate): retry them` : ''),
+      { cause: first.error, details: { written, versions, failedShards: failed.map((f) => f.shard), indeterminate: unsure.length > 0, indeterminateShards: unsure } },
     );
   }
   return { added: total, rf: rf === Infinity ? 0 : rf, versions, minRfMet };

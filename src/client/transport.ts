@@ -1,6 +1,7 @@
 // The client's one HTTP boundary: a request to one host, and the mapping of whatever comes
 // back (a JSON error body, a dropped connection, a timeout) into the error catalog, once.
-// Socket errors stay in the `cause` chain, so the retry policy's isHostUnavailable sees them.
+// Socket errors stay in the `cause` chain, where the failover's classification finds them; an
+// error answer carries its `status` in `details`: whatever its body says, the host answered.
 import { ERRORS, ShardexError, type ErrorCode } from '../errors.js';
 import type { FetchLike } from './types.js';
 
@@ -73,12 +74,13 @@ export async function httpCall<T>(fetchFn: FetchLike, call: HttpCall): Promise<H
   } catch (err) {
     if (call.signal?.aborted) throw call.signal.reason;
     if (timeout.aborted) {
+      // DMSDK's NoResponseListener: the host accepted the request and never answered.
       throw new ShardexError('SHX_TIMEOUT', `${call.host} did not answer ${call.method} ${call.path} within ${call.timeoutMs} ms`, {
         cause: err,
-        details: { host: call.host },
+        details: { host: call.host, noResponse: true },
       });
     }
-    throw new ShardexError('SHX_UNAVAILABLE', `could not reach ${call.host}: ${describe(err)}`, { cause: err, details: { host: call.host } });
+    throw new ShardexError('SHX_UNAVAILABLE', `could not reach ${call.host}: ${describe(err)}`, { cause: err, details: { host: call.host, unreachable: true } });
   }
   let body: unknown = text;
   if (text.length > 0) {

@@ -15,13 +15,16 @@ export interface Scheduler {
 }
 
 interface CommonClientOptions {
-  /** Suspension of a host that failed with a host-unavailable error (DMSDK default: 10 min). */
+  /** Suspension of a host that failed with a host-unavailable error, whole ms >= 0 (DMSDK default: 10 min). */
   readonly suspendTimeForHostUnavailableMs?: number;
-  /** A job stops rather than drop below this many live hosts (DMSDK default: 1). */
+  /** A job stops rather than drop below this many live hosts (DMSDK default: 1; gateway: must be 1). */
   readonly minHosts?: number;
-  /** Error codes (matched through the whole `cause` chain) that mean "host unavailable". */
+  /**
+   * Error codes (matched through the whole `cause` chain) that mean "host unavailable". Replaces
+   * the default list (DEFAULT_HOST_UNAVAILABLE_CODES); an entry ending in `*` matches a prefix.
+   */
   readonly hostUnavailableCodes?: readonly string[];
-  /** Retries of one request on a retryable error (503, 429, 504, connection errors). */
+  /** Retries of one request on a retryable failure (5xx, 429, connection errors, no answer). */
   readonly maxRetries?: number;
   /** Pause after the n-th failed attempt; default exponential 100 ms .. 5 s. */
   readonly backoff?: BackoffPolicy;
@@ -41,6 +44,13 @@ interface CommonClientOptions {
 /** Connect through the HTTP API of any of these nodes (`GET /api/cluster`). */
 export interface UrlClientOptions extends CommonClientOptions {
   readonly urls: string | readonly string[];
+  /**
+   * `direct` (default): the client talks to each node itself (leader routing, host suspension).
+   * `gateway`: `urls` is one address for the whole cluster (a load balancer, a Kubernetes
+   * Service): every request goes to it, it is never suspended, and failures are retried by the
+   * retry policy only (DMSDK's GATEWAY connection).
+   */
+  readonly connection?: 'direct' | 'gateway';
 }
 
 /** Connect by watching ZooKeeper (`host:port[,host:port]/chroot`). */
@@ -140,14 +150,15 @@ export interface HostsRestoredEvent {
   readonly gone: readonly string[];
 }
 
-/** One failed attempt that will be tried again. */
+/** One failed attempt. */
 export interface RetryInfo {
+  /** The host the attempt went to ('' for eventual reads, which pick readers themselves). */
   readonly host: string;
   readonly error: unknown;
   /** The attempt that failed (1 = the first). */
   readonly attempt: number;
   readonly delayMs: number;
-  /** The error said the host could not be reached. */
+  /** The failure counts as the host being unavailable (host-unavailable list, or no answer in time). */
   readonly hostUnavailable: boolean;
   /** This failure suspended the host. */
   readonly suspended: boolean;

@@ -1,7 +1,11 @@
 // A fake network for the smart client's unit tests: nodes that answer the HTTP API from an
 // in-memory document map, hosts that can be taken down (connection refused, as undici reports
 // it: a TypeError whose cause has the socket code), scripted answers, and a log of every call.
-// Also a scheduler whose timers the test fires by hand.
+// Also a scheduler whose timers the test fires by hand, and FakeHttpCluster: the same nodes
+// served by real HTTP servers on 127.0.0.1 (free ports) that can refuse, hang, or reset, so the
+// client meets the socket errors undici really reports.
+import http from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
 import { partitionRange, routeId, formatRange } from '../../src/hashrange/index.js';
 import type { ClusterViewJson } from '../../src/client/index.js';
 import type { FetchLike, Scheduler } from '../../src/client/index.js';
@@ -30,6 +34,8 @@ export interface FakeClusterOptions {
   readonly collection?: string;
   /** Reader nodes (role 'reader') added to the view. */
   readonly readers?: number;
+  /** The data nodes' base URLs (default http://nodeN.test). */
+  readonly urls?: readonly string[];
 }
 
 export class FakeNet {
@@ -45,7 +51,8 @@ export class FakeNet {
   constructor(opts: FakeClusterOptions = {}) {
     this.collection = opts.collection ?? 'docs';
     this.numShards = opts.shards ?? 4;
-    const nodes = Array.from({ length: opts.nodes ?? 3 }, (_, i) => ({ name: `node${i + 1}`, http: `http://node${i + 1}.test`, grpc: `node${i + 1}.test:1`, role: 'data' }));
+    const count = opts.urls?.length ?? opts.nodes ?? 3;
+    const nodes = Array.from({ length: count }, (_, i) => ({ name: `node${i + 1}`, http: opts.urls?.[i] ?? `http://node${i + 1}.test`, grpc: `node${i + 1}.test:1`, role: 'data' }));
     const readers = Array.from({ length: opts.readers ?? 0 }, (_, i) => ({ name: `reader${i + 1}`, http: `http://reader${i + 1}.test`, grpc: `reader${i + 1}.test:1`, role: 'reader' }));
     const shards: Record<string, { range: string; leader: string | null; replicas: Array<{ node: string; state: string }> }> = {};
     partitionRange(this.numShards).forEach((r, i) => {
@@ -59,7 +66,7 @@ export class FakeNet {
   }
 
   host(node: string): string {
-    return `http://${node}.test`;
+    return this.view.nodes.find((n) => n.name === node)?.http ?? `http://${node}.test`;
   }
 
   leaderOf(shard: string): string {
@@ -109,16 +116,25 @@ export class FakeNet {
     const u = new URL(url);
     const host = `${u.protocol}//${u.host}`;
     const call: Call = { method: init.method ?? 'GET', host, path: u.pathname + u.search, body: init.body ? JSON.parse(String(init.body)) : undefined };
-    this.calls.push(call);
     await Promise.resolve();
-    if (this.down.has(host)) throw connectionRefused(u.host);
+    if (this.down.has(host)) {
+      this.calls.push(call);
+      throw connectionRefused(u.host);
+    }
+    const r = this.respond(call);
+    if (r instanceof Error) throw r;
+    return r;
+  };
+
+  /** The answer to a call: the first script's, else the fake node's own. Logs the call. */
+  respond(call: Call): Response | Error {
+    this.calls.push(call);
     for (const s of this.scripts) {
       const r = s(call);
-      if (r instanceof Error) throw r;
       if (r) return r;
     }
-    return this.answer(call, u);
-  };
+    return this.answer(call, new URL(call.host + call.path));
+  }
 
   private answer(call: Call, u: URL): Response {
     const parts = u.pathname.split('/').filter(Boolean).map(decodeURIComponent);
@@ -197,4 +213,121 @@ export async function until(cond: () => boolean, what = 'condition', turns = 200
     await new Promise((r) => setImmediate(r));
   }
   throw new Error(`${what} did not hold`);
+}
+
+export type NodeMode = 'up' | 'hang' | 'reset' | 'refuse';
+
+/**
+ * FakeNet's nodes behind real HTTP servers on 127.0.0.1. A node's mode: `up` answers, `hang`
+ * accepts and never answers, `reset` destroys the connection on a request, `refuse` closes
+ * the listening socket (connection refused). A script returning an Error resets the connection.
+ * `tls` lists nodes whose URL says https:// while the server speaks plain HTTP (a TLS handshake
+ * failure). close() stops every server, hung connections included.
+ */
+export class FakeHttpCluster {
+  readonly net: FakeNet;
+  private readonly servers: http.Server[];
+  private readonly ports: number[];
+  private readonly modes: NodeMode[];
+  private readonly sockets = new Set<Socket>();
+
+  private constructor(net: FakeNet, servers: http.Server[], ports: number[]) {
+    this.net = net;
+    this.servers = servers;
+    this.ports = ports;
+    this.modes = servers.map(() => 'up');
+  }
+
+  static async start(opts: Omit<FakeClusterOptions, 'urls'> & { tls?: readonly number[] } = {}): Promise<FakeHttpCluster> {
+    const count = opts.nodes ?? 3;
+    const servers: http.Server[] = [];
+    let cluster: FakeHttpCluster | undefined;
+    try {
+      for (let i = 0; i < count; i++) {
+        const server = http.createServer((req, res) => cluster!.handle(i, req, res));
+        server.on('connection', (socket) => {
+          cluster?.sockets.add(socket);
+          socket.on('close', () => cluster?.sockets.delete(socket));
+        });
+        servers.push(server);
+        await listen(server, 0);
+      }
+    } catch (err) {
+      await Promise.all(servers.map((s) => close(s)));
+      throw err;
+    }
+    const ports = servers.map((s) => (s.address() as AddressInfo).port);
+    const urls = ports.map((p, i) => `${opts.tls?.includes(i + 1) ? 'https' : 'http'}://127.0.0.1:${p}`);
+    cluster = new FakeHttpCluster(new FakeNet({ ...opts, urls }), servers, ports);
+    return cluster;
+  }
+
+  /** Base URL of node `n` (1-based). */
+  url(n: number): string {
+    return this.net.host(`node${n}`);
+  }
+
+  get urls(): string[] {
+    return this.ports.map((_, i) => this.url(i + 1));
+  }
+
+  async setMode(n: number, mode: NodeMode): Promise<void> {
+    const i = n - 1;
+    const was = this.modes[i];
+    this.modes[i] = mode;
+    if (mode === 'refuse' && was !== 'refuse') await close(this.servers[i]!);
+    if (mode !== 'refuse' && was === 'refuse') await listen(this.servers[i]!, this.ports[i]!);
+  }
+
+  private handle(i: number, req: http.IncomingMessage, res: http.ServerResponse): void {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const mode = this.modes[i];
+      const text = Buffer.concat(chunks).toString('utf8');
+      const call: Call = { method: req.method ?? 'GET', host: this.url(i + 1), path: req.url ?? '/', body: text ? JSON.parse(text) : undefined };
+      if (mode === 'hang') {
+        // The cluster state still answers, so that the client can learn about the others.
+        if (call.path === '/api/cluster') return void this.reply(this.net.respond(call), res, req);
+        this.net.calls.push(call);
+        return;
+      }
+      if (mode === 'reset') {
+        this.net.calls.push(call);
+        return void req.socket.destroy();
+      }
+      this.reply(this.net.respond(call), res, req);
+    });
+  }
+
+  private reply(r: Response | Error, res: http.ServerResponse, req: http.IncomingMessage): void {
+    if (r instanceof Error) return void req.socket.destroy();
+    const answer = r;
+    void answer.text().then((body) => {
+      res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' });
+      res.end(body);
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await Promise.all(this.servers.map((s, i) => (this.modes[i] === 'refuse' ? Promise.resolve() : close(s))));
+  }
+}
+
+function listen(server: http.Server, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+function close(server: http.Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.closeAllConnections();
+    server.close(() => resolve());
+  });
 }
