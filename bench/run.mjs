@@ -7,6 +7,7 @@ const benches = {
   eventual: () => import('./eventual.mjs'),
   import: () => import('./import.mjs'),
   restart: () => import('./restart.mjs'),
+  balance: () => import('./balance.mjs'),
 };
 const [name = 'all', ...rest] = process.argv.slice(2);
 const names = name === 'all' ? Object.keys(benches) : [name];

@@ -1,4 +1,5 @@
-// Client subcommands of `shardex`: import, export, get, search, delete, commit, cluster. Each
+// Client subcommands of `shardex`: import, export, get, search, delete, commit, cluster,
+// read-balance set|get|erase, read-slots. Each
 // talks to a running cluster through the smart client, connecting with --url (any node) or
 // --zk (ZooKeeper). Results go to stdout, progress and problems to stderr.
 // Exit codes (set here, or by cli.ts for thrown errors and usage): 0 ok, 1 failures, 2 usage.
@@ -9,7 +10,7 @@ import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import { InvalidArgumentError, type Command } from 'commander';
 import sjson from 'secure-json-parse';
-import { ShardexClient, type ClusterSnapshot, type ReadOptions, type WriteBatch } from '../client/index.js';
+import { ShardexClient, type ClusterSnapshot, type NodeReadSlots, type ReadOptions, type WriteBatch } from '../client/index.js';
 import { isShardexError } from '../errors.js';
 
 const DEFAULT_URL = 'http://127.0.0.1:8983';
@@ -126,7 +127,9 @@ async function importFile(client: ShardexClient, collection: string, file: strin
   const problem = (text: string): void => {
     if (badLines + failedDocs <= MAX_REPORTED_LINES) err(text);
   };
-  job.onBatchFailure((e: { batch: WriteBatch; error: unknown }) => {
+  job.onBatchFailure((e: { batch: WriteBatch; error: unknown; retrying?: boolean }) => {
+    // Every failed attempt is reported; only the last one of a batch means its documents failed.
+    if (e.retrying) return;
     failedDocs += e.batch.docs.length;
     const lines = e.batch.docs.map((d) => lineOf.get(d)).filter((n): n is number => n !== undefined);
     problem(`lines ${lineList(lines)}: not written: ${(e.error as Error)?.message ?? String(e.error)}`);
@@ -254,6 +257,84 @@ export function clusterSummary(s: ClusterSnapshot, source: string): string[] {
   return lines;
 }
 
+// ---- read balancing -----------------------------------------------------------------------
+
+/** Slot counters as a person reads them: one line per node, priority and target. */
+export function readSlotLines(nodes: readonly NodeReadSlots[]): string[] {
+  const lines: string[] = [];
+  const rows = nodes.flatMap((n) => n.slots.map((r) => ({ node: n.node, ...r })));
+  const w = (pick: (r: (typeof rows)[number]) => string, min: number): number => Math.max(min, ...rows.map((r) => pick(r).length));
+  const [nw, pw, tw] = [w((r) => r.node, 4), w((r) => r.priority, 8), w((r) => r.target, 6)];
+  for (const n of nodes) {
+    if (n.error !== undefined) continue;
+    if (n.slots.length === 0) lines.push(`${n.node.padEnd(nw)}  no read-balance settings`);
+    for (const r of n.slots) {
+      lines.push(
+        `${n.node.padEnd(nw)}  ${r.priority.padEnd(pw)}  ${r.target.padEnd(tw)}  weight ${r.weight}  ${r.up ? 'up  ' : 'down'}  limit ${r.limit}  taken ${r.taken}  free ${r.free}  queued ${r.queued}`,
+      );
+    }
+  }
+  return lines;
+}
+
+function registerReadBalanceCommands(program: Command): void {
+  const balance = program.command('read-balance').description('read-balance settings: (priority, target, weight, slots), stored in coordination, applied live by every node');
+  connected(
+    balance
+      .command('set')
+      .description('add or update the setting of a priority on a target (a reader group, or "primary" for the shard leaders)')
+      .argument('<priority>', 'read priority, e.g. interactive')
+      .argument('<target>', 'reader group name, or primary')
+      .requiredOption('--weight <n>', 'higher is preferred among the targets of the priority', intArg('--weight', 0))
+      .requiredOption('--slots <n>', 'concurrent reads of the priority on the target, per node', intArg('--slots', 0)),
+  ).action(async function (this: Command, priority: string, target: string, o: ConnectOptions & { weight: number; slots: number }) {
+    await withClient(this, o, async (client) => {
+      out(JSON.stringify({ setting: await client.readBalance.set(priority, target, { weight: o.weight, slots: o.slots }) }));
+    });
+  });
+  connected(
+    balance
+      .command('get')
+      .description('print the settings (all, or of one priority and/or target) as JSON')
+      .option('--priority <p>', 'only this priority')
+      .option('--target <t>', 'only this target'),
+  ).action(async function (this: Command, o: ConnectOptions & { priority?: string; target?: string }) {
+    await withClient(this, o, async (client) => {
+      const filter = { ...(o.priority !== undefined && { priority: o.priority }), ...(o.target !== undefined && { target: o.target }) };
+      out(JSON.stringify({ settings: await client.readBalance.get(filter) }));
+    });
+  });
+  connected(
+    balance
+      .command('erase')
+      .description('remove the setting of a priority on a target, or every setting of the priority (exit 1 when none matched)')
+      .argument('<priority>', 'read priority')
+      .argument('[target]', 'target; all of the priority when absent'),
+  ).action(async function (this: Command, priority: string, target: string | undefined, o: ConnectOptions) {
+    await withClient(this, o, async (client) => {
+      out(JSON.stringify({ removed: await client.readBalance.erase(priority, target) }));
+    });
+  });
+
+  connected(
+    program
+      .command('read-slots')
+      .description("print each data node's read slots: limit, taken, free and queued per priority and target")
+      .option('--reset', 'zero the counters first (running reads keep running)')
+      .option('--node <name>', 'only this data node')
+      .option('--json', 'print JSON instead of lines'),
+  ).action(async function (this: Command, o: ConnectOptions & { reset?: boolean; node?: string; json?: boolean }) {
+    await withClient(this, o, async (client) => {
+      const opts = o.node !== undefined ? { node: o.node } : {};
+      const nodes = o.reset ? await client.readBalance.reset(opts) : await client.readSlots(opts);
+      if (o.json) out(JSON.stringify({ nodes }));
+      else for (const line of readSlotLines(nodes)) out(line);
+      for (const n of nodes) if (n.error !== undefined) err(`${n.node}: ${n.error}`);
+      if (nodes.some((n) => n.error !== undefined)) process.exitCode = 1;
+    });
+  });
+}
+
 // ---- registration -------------------------------------------------------------------------
 
 export function registerClientCommands(program: Command): void {
@@ -366,4 +447,6 @@ export function registerClientCommands(program: Command): void {
       for (const line of clusterSummary(s, o.zk !== undefined ? `zk ${o.zk}` : o.url)) out(line);
     });
   });
+
+  registerReadBalanceCommands(program);
 }

@@ -8,7 +8,7 @@ import { wipeDataDir } from './dev-data.js';
 import { ThreadedDevCluster } from './dev-threads.js';
 import { createLogger } from './logger.js';
 import { registerClientCommands } from './cli-client.js';
-import { runNode, runReader, type RunNodeOptions, type RunReaderOptions } from './run-node.js';
+import { readBalanceOptions, runNode, runReader, type ReadBalanceFlags, type RunNodeOptions, type RunReaderOptions } from './run-node.js';
 
 const out = (line: string): void => void process.stdout.write(line + '\n');
 
@@ -32,6 +32,13 @@ function routerArg(v: string): 'compositeId' | 'hash' {
 const WRITE_BUFFER_FLAG = '--write-buffer-mb <mib>';
 const WRITE_BUFFER_HELP = "LevelDB write buffer per replica in MiB (default LevelDB's 4; larger: less compaction per write, and up to twice that much memory per replica)";
 const writeBufferArg = intArg('--write-buffer-mb', 1, 256);
+
+/** The read balancer's per-node flags: `shardex node` and `shardex dev` take them alike. */
+function readBalanceFlags(cmd: Command): Command {
+  return cmd
+    .option('--read-priority <name>', 'read-balancer priority of reads that name none (default: none; such reads run unbalanced)')
+    .option('--read-queue-size <n>', "reads that may wait in each priority's queue (default 100)", intArg('--read-queue-size', 0, 1_000_000));
+}
 
 const program = new Command('shardex')
   .description('Shardex: a sharded, replicated document index')
@@ -60,8 +67,7 @@ program
     for (const r of partitionRange(o.shards, o.router)) out(`${r.name} ${formatRange(r)}`);
   });
 
-program
-  .command('dev')
+readBalanceFlags(program.command('dev'))
   .description('start a local cluster: several nodes on loopback with embedded coordination, kept in the data dir')
   .option('--nodes <n>', 'number of nodes', intArg('--nodes', 1, 32), 3)
   .option('--port <port>', 'HTTP port of the first node (the others follow; 0 = any free ports)', intArg('--port', 0, 65000), 8983)
@@ -71,7 +77,8 @@ program
   .option('--replicas <n>', 'replication factor of "docs", when it is created', intArg('--replicas', 1, 32), 2)
   .option('--readers <n>', 'snapshot readers to start (default group)', intArg('--readers', 0, 32), 0)
   .option(WRITE_BUFFER_FLAG, WRITE_BUFFER_HELP, writeBufferArg)
-  .action(async (o: { nodes: number; port: number; data: string; reset?: boolean; shards: number; replicas: number; readers: number; writeBufferMb?: number }) => {
+  .action(async (o: { nodes: number; port: number; data: string; reset?: boolean; shards: number; replicas: number; readers: number; writeBufferMb?: number } & ReadBalanceFlags) => {
+    const readBalance = readBalanceOptions(o);
     const dataDir = resolve(o.data);
     // Before the logger: its file is in the data dir.
     if (o.reset) out((await wipeDataDir(dataDir)) ? `--reset: wiped ${dataDir} (every collection and document that was in it)` : `--reset: ${dataDir} did not exist, nothing to wipe`);
@@ -88,6 +95,7 @@ program
       logger,
       snapshotExpiryMs: 5000,
       ...(o.writeBufferMb !== undefined && { writeBufferMb: o.writeBufferMb }),
+      readBalance,
       collection: { name: 'docs', numShards: o.shards, replicationFactor: replicas, router: 'compositeId', autoCommitMs: 15_000 },
     });
     const shutdown = async (): Promise<void> => {
@@ -137,7 +145,7 @@ function clusterProcess(name: string, description: string, what: string, default
     .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000);
 }
 
-clusterProcess('node', 'start one node of a cluster coordinated by ZooKeeper', 'node', { port: 8983, data: './data' })
+readBalanceFlags(clusterProcess('node', 'start one node of a cluster coordinated by ZooKeeper', 'node', { port: 8983, data: './data' }))
   .option('--log-retention <n>', 'update-log entries kept per shard for peer sync', intArg('--log-retention', 100, 100_000_000), 100_000)
   .option(WRITE_BUFFER_FLAG, WRITE_BUFFER_HELP, writeBufferArg)
   .action(async (o: RunNodeOptions) => {

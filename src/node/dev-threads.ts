@@ -11,6 +11,7 @@ import type { CollectionSpec } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import type { DevWorkerData, DevWorkerMessage } from './dev-worker.js';
+import type { ReadBalanceOptions } from './shardex-node.js';
 
 export interface ThreadedDevClusterOptions {
   readonly nodes: number;
@@ -26,6 +27,8 @@ export interface ThreadedDevClusterOptions {
   readonly snapshotExpiryMs?: number;
   /** LevelDB write buffer per replica, MiB (default LevelDB's 4). */
   readonly writeBufferMb?: number;
+  /** Every node's read balancer: default priority, queue size. */
+  readonly readBalance?: ReadBalanceOptions;
 }
 
 interface Member {
@@ -87,6 +90,7 @@ export class ThreadedDevCluster {
       logFile: this.o.logFile,
       ...(this.o.snapshotExpiryMs !== undefined && { snapshotExpiryMs: this.o.snapshotExpiryMs }),
       ...(this.o.writeBufferMb !== undefined && { writeBufferMb: this.o.writeBufferMb }),
+      ...(kind === 'node' && this.o.readBalance && { readBalance: this.o.readBalance }),
       port: port2,
     };
     // A larger young generation: ingest allocates many short-lived objects per document, and

@@ -6,7 +6,7 @@ import { ZooKeeperStore } from '../coordination/zookeeper-store.js';
 import { ShardexError } from '../errors.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
 import { createLogger } from './logger.js';
-import { ShardexNode } from './shardex-node.js';
+import { ShardexNode, checkReadBalanceOptions, type ReadBalanceOptions } from './shardex-node.js';
 
 /** What every cluster process is told: where ZooKeeper is, and where it listens. */
 export interface ProcessOptions {
@@ -21,9 +21,22 @@ export interface ProcessOptions {
   readonly zkTimeout: number;
 }
 
-export interface RunNodeOptions extends ProcessOptions {
+export interface RunNodeOptions extends ProcessOptions, ReadBalanceFlags {
   readonly logRetention?: number;
   readonly writeBufferMb?: number;
+}
+
+/** `--read-priority` and `--read-queue-size`, taken by `shardex node` and `shardex dev`. */
+export interface ReadBalanceFlags {
+  readonly readPriority?: string;
+  readonly readQueueSize?: number;
+}
+
+/** The node's readBalance options from its flags; a bad one is SHX_BAD_CONFIG naming the flag. */
+export function readBalanceOptions(o: ReadBalanceFlags): ReadBalanceOptions {
+  const options = { ...(o.readPriority !== undefined && { defaultPriority: o.readPriority }), ...(o.readQueueSize !== undefined && { queueSize: o.readQueueSize }) };
+  checkReadBalanceOptions(options);
+  return options;
 }
 
 export interface RunReaderOptions extends ProcessOptions {
@@ -80,10 +93,13 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
 }
 
 export function runNode(o: RunNodeOptions): Promise<ShardexNode> {
+  // Before connecting anywhere: a bad flag is a usage error.
+  const readBalance = readBalanceOptions(o);
   return runProcess(o, (ctx) =>
     new ShardexNode({
       ...ctx,
       httpPort: o.port,
+      readBalance,
       ...(o.logRetention !== undefined && { logRetention: o.logRetention }),
       ...(o.writeBufferMb !== undefined && { writeBufferMb: o.writeBufferMb }),
     }),

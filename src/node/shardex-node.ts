@@ -3,7 +3,7 @@
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
 import type { CollectionSpec, CollectionState, Coordinator, NodeInfo } from '../coordination/index.js';
 import { CommandDistributor } from '../distrib/distributor.js';
@@ -17,9 +17,14 @@ import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
+import { READ_BALANCE_CONFIG, PriorityName, eraseSettings, parseStoredSettings, storedSettings, upsertSetting } from '../read/balance-settings.js';
+import { PRIMARY_TARGET, allowedTargets, type BalanceSetting, type ShardNeed, type SlotRow } from '../read/balancer.js';
+import { ReadBalancerRuntime, coordinatorSettingsSource, type ReadPermit } from '../read/balancer-runtime.js';
 import { EventualRouter, type ServedBy } from '../read/eventual.js';
-import { ReadPath, type ReadOptions, type ReadTransport } from '../read/read-path.js';
+import { DEFAULT_GROUP } from '../read/profiles.js';
+import { ReadPath, ReaderGroupRouters, type ReadOptions as PathReadOptions, type ReadTransport } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';
+import { Mutex } from '../distrib/mutex.js';
 import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type StoreWrite, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer, portError } from '../transport/index.js';
 import { buildHttp } from './http/app.js';
@@ -51,6 +56,61 @@ export interface ShardexNodeOptions {
   readonly deleteRetentionMs?: number;
   /** Observes every batch a replica writes to disk (tests check sync-before-ack with it). */
   readonly onStoreWrite?: (replica: string, write: StoreWrite) => void;
+  /** The read balancer of this node (issue 12). */
+  readonly readBalance?: ReadBalanceOptions;
+}
+
+export interface ReadBalanceOptions {
+  /** Priority of reads that name none (`--read-priority`); absent: such reads run unbalanced. */
+  readonly defaultPriority?: string;
+  /** Reads that may wait in each priority's queue (`--read-queue-size`, default 100). */
+  readonly queueSize?: number;
+  /** How long a read may wait in its queue unless it gives `timeoutMs` (default 30 s). */
+  readonly timeoutMs?: number;
+  /** How often the settings in coordination are re-read (default 1 s). */
+  readonly pollMs?: number;
+}
+
+export const DEFAULT_READ_QUEUE_SIZE = 100;
+export const DEFAULT_READ_TIMEOUT_MS = 30_000;
+export const MAX_READ_TIMEOUT_MS = 600_000;
+
+/** Checks the node's read-balance options; messages name the flag. */
+export function checkReadBalanceOptions(o: ReadBalanceOptions = {}): void {
+  if (o.defaultPriority !== undefined && !PriorityName.safeParse(o.defaultPriority).success) {
+    throw new ShardexError('SHX_BAD_CONFIG', `readBalance.defaultPriority (--read-priority) must match [A-Za-z0-9_.-]{1,64}, got ${JSON.stringify(o.defaultPriority)}`);
+  }
+  if (o.queueSize !== undefined && (!Number.isInteger(o.queueSize) || o.queueSize < 0 || o.queueSize > 1_000_000)) {
+    throw new ShardexError('SHX_BAD_CONFIG', `readBalance.queueSize (--read-queue-size) must be an integer from 0 to 1000000, got ${o.queueSize}`);
+  }
+  if (o.timeoutMs !== undefined && (!Number.isInteger(o.timeoutMs) || o.timeoutMs < 1 || o.timeoutMs > MAX_READ_TIMEOUT_MS)) {
+    throw new ShardexError('SHX_BAD_CONFIG', `readBalance.timeoutMs must be an integer from 1 to ${MAX_READ_TIMEOUT_MS}, got ${o.timeoutMs}`);
+  }
+}
+
+/** What a read tells the balancer, besides where it reads. */
+export interface BalancedRead {
+  /** The read's priority (`priority=`); absent: the node's default priority. */
+  readonly priority?: string;
+  /** The read's timeout, ms: time in the queue counts against it (default readBalance.timeoutMs). */
+  readonly timeoutMs?: number;
+  /**
+   * Makes a signal that fires when the HTTP response has ended or its client went away: a
+   * balanced read keeps its slots until then (without one, until its result is ready). Called
+   * only for a read that is balanced: unbalanced reads never pay for a signal.
+   */
+  readonly endSignal?: () => AbortSignal;
+}
+
+/** The permit of a read that no setting balances: it routes as before and holds nothing. */
+const UNBALANCED: ReadPermit = Object.freeze({ balanced: false, targets: Object.freeze({}), waitedMs: 0, deadline: Infinity, release: () => undefined });
+
+/** How a balanced read was placed, as its response reports it. */
+export interface ReadBalanceInfo {
+  readonly priority: string;
+  /** Shard -> `primary` or a reader group. */
+  readonly targets: Readonly<Record<string, string>>;
+  readonly waitedMs: number;
 }
 
 /** A collection's durability as its cluster state says (default: `request`). */
@@ -89,13 +149,15 @@ const EXPORT_SCAN_LIMIT = 50_000;
 
 type PeerSearchRequest = ({ kind: 'export' } & ExportRequest) | ShardPhaseRequest;
 
-export type { ReadOptions } from '../read/read-path.js';
+/** A read's options at the node: where it reads, and its balancing (the targets are the balancer's). */
+export type ReadOptions = Omit<PathReadOptions, 'targets'> & BalancedRead;
 
 export interface GetResult {
   /** The document, or undefined when an eventual read found none (servedBy says where it looked). */
   readonly entry: StoredEntry | undefined;
   readonly shard: string;
   readonly servedBy?: ServedBy;
+  readonly readBalance?: ReadBalanceInfo;
 }
 
 
@@ -120,6 +182,13 @@ export class ShardexNode {
   private readonly forwarded: Counter<'phase'>;
   private readonly recoveries: Counter<'method'>;
   private readonly readPath: ReadPath;
+  /** This node's read balancer: its slot counters are its own, never shared with other nodes. */
+  readonly readBalance: ReadBalancerRuntime;
+  private readonly readTimeoutMs: number;
+  private readonly balanceWrites = new Mutex();
+  /** The priorities the settings name, as last loaded: reads of any other one skip the balancer. */
+  private balancedPriorities: ReadonlySet<string> = new Set();
+  private unwatchReaders: (() => void) | undefined;
   private readonly commitTimers = new Map<string, NodeJS.Timeout>();
   httpUrl = '';
   grpcAddress = '';
@@ -172,7 +241,18 @@ export class ShardexNode {
       readers: () => this.readers(),
       call: (reader, body, options) => this.readPath.callReader(reader, body, options),
     });
-    this.readPath = new ReadPath(this.readTransport(), eventual);
+    const groups = new ReaderGroupRouters({
+      profiles: opts.selectorProfiles,
+      readers: () => this.readers(),
+      call: (reader, body, options) => this.readPath.callReader(reader, body, options),
+    });
+    this.readPath = new ReadPath(this.readTransport(), eventual, groups.router);
+    checkReadBalanceOptions(opts.readBalance);
+    this.readTimeoutMs = opts.readBalance?.timeoutMs ?? DEFAULT_READ_TIMEOUT_MS;
+    this.readBalance = readBalancer(opts.readBalance ?? {}, this.coordinator, this.metrics, this.log, (settings) => {
+      this.balancedPriorities = new Set(settings.map((s) => s.priority));
+      this.markReadTargets(settings);
+    });
     this.grpcServer = new PeerServer(
       {
         update: (u) => this.onPeerUpdate(u),
@@ -215,6 +295,8 @@ export class ShardexNode {
     this.unsubscribe = this.coordinator.onChange(() => this.scheduleSync());
     this.scheduleSync();
     await this.syncing;
+    this.unwatchReaders = this.coordinator.onChange(() => this.markReadTargets(this.readBalance.settings()));
+    await this.readBalance.start().catch(() => this.retryReadBalanceLoad());
     this.started = true;
     this.log.info({ http: this.httpUrl, grpc: this.grpcAddress }, 'node started');
   }
@@ -637,10 +719,113 @@ export class ShardexNode {
       const entry = local ? await local.store.get(id) : undefined;
       return entry && entry.doc !== null ? { entry, shard } : undefined;
     }
-    const { entries, servedBy } = await this.readPath.get(collection, shard, [id], opts);
-    const entry = entries[0];
-    if (entry && entry.doc !== null) return { entry, shard, ...(servedBy && { servedBy }) };
-    return servedBy ? { entry: undefined, shard, servedBy } : undefined;
+    return this.balanced([shard], opts, async (permit) => {
+      const { entries, servedBy } = await this.readPath.get(collection, shard, [id], pathOptions(opts, permit));
+      const entry = entries[0];
+      const placed = balanceInfo(permit);
+      if (entry && entry.doc !== null) return { entry, shard, ...(servedBy && { servedBy }), ...(placed && { readBalance: placed }) };
+      return servedBy || placed ? { entry: undefined, shard, ...(servedBy && { servedBy }), ...(placed && { readBalance: placed }) } : undefined;
+    });
+  }
+
+  // ---- read balancing -----------------------------------------------------------------
+
+  /**
+   * Runs `read` once the balancer lets it: at once when unbalanced, else with one slot on each
+   * target its shards were placed on. The slots go back when the end signal fires (the response
+   * ended or its client went away), or, without one, when the read is done; a failed read gives
+   * them back at once.
+   */
+  private async balanced<T>(shards: readonly string[], opts: ReadOptions, read: (permit: ReadPermit) => Promise<T>): Promise<T> {
+    // No settings for its priority (or no priority): the balancer would run it unbalanced. Skip
+    // it, and the signal, so that unbalanced reads cost what they did before balancing existed.
+    const priority = opts.priority ?? this.o.readBalance?.defaultPriority;
+    if (priority === undefined || !this.balancedPriorities.has(priority)) return read(UNBALANCED);
+    const signal = opts.endSignal?.();
+    const permit = await this.readBalance.acquire({
+      priority,
+      shards: this.readNeeds(shards, opts.consistency ?? 'immediate'),
+      timeoutMs: opts.timeoutMs ?? this.readTimeoutMs,
+      ...(signal && { signal }),
+    });
+    let done = false;
+    try {
+      const value = await read(permit);
+      done = true;
+      return value;
+    } finally {
+      if (!done || !signal) permit.release();
+    }
+  }
+
+  /**
+   * The targets each shard of a read may use: `immediate` only the leaders; `eventual` any reader
+   * group (those with live readers and those the settings name, so that a configured group
+   * without readers counts as down, not as absent) or the leaders.
+   */
+  private readNeeds(shards: readonly string[], consistency: 'immediate' | 'eventual'): ShardNeed[] {
+    const targets = consistency === 'eventual' ? allowedTargets('eventual', this.readerGroups(this.readBalance.settings())) : [PRIMARY_TARGET];
+    return shards.map((shard) => ({ shard, targets }));
+  }
+
+  private readerGroups(settings: readonly BalanceSetting[]): string[] {
+    const groups = new Set(this.readers().map((r) => r.group || DEFAULT_GROUP));
+    for (const s of settings) if (s.target !== PRIMARY_TARGET) groups.add(s.target);
+    return [...groups].sort();
+  }
+
+  /** A reader group is up while it has a live reader; `primary` is always up (a shard without a leader fails as before). */
+  private markReadTargets(settings: readonly BalanceSetting[]): void {
+    const live = new Set(this.readers().map((r) => r.group || DEFAULT_GROUP));
+    for (const s of settings) if (s.target !== PRIMARY_TARGET) this.readBalance.setTargetUp(s.target, live.has(s.target));
+  }
+
+  private retryReadBalanceLoad(): void {
+    if (this.stopped) return;
+    setTimeout(() => void this.readBalance.reload().catch(() => this.retryReadBalanceLoad()), 1000).unref();
+  }
+
+  /** The stored read-balance settings (coordination is the truth; every node applies them). */
+  async readBalanceSettings(): Promise<BalanceSetting[]> {
+    this.assertReady();
+    return parseStoredSettings(await this.coordinator.getConfig(READ_BALANCE_CONFIG));
+  }
+
+  /** Upserts a setting in coordination; this node applies it at once, the others at their next poll. */
+  putReadBalance(setting: BalanceSetting): Promise<BalanceSetting[]> {
+    return this.changeReadBalance((stored) => upsertSetting(stored, setting)).then((r) => r.settings);
+  }
+
+  /** Removes a setting (or every setting of the priority); `removed` 0 when none matched. */
+  eraseReadBalance(priority: string, target?: string): Promise<{ settings: BalanceSetting[]; removed: number }> {
+    return this.changeReadBalance((stored) => eraseSettings(stored, priority, target));
+  }
+
+  // Read-modify-write of one document: serialized on this node (coordination has no
+  // compare-and-set for config documents, so two nodes writing at once may lose one change).
+  private changeReadBalance(change: (stored: BalanceSetting[]) => BalanceSetting[] | { settings: BalanceSetting[]; removed: number }): Promise<{ settings: BalanceSetting[]; removed: number }> {
+    this.assertReady();
+    return this.balanceWrites.run(async () => {
+      const stored = parseStoredSettings(await this.coordinator.getConfig(READ_BALANCE_CONFIG));
+      const changed = change(stored);
+      const result = Array.isArray(changed) ? { settings: changed, removed: 0 } : changed;
+      if (!Array.isArray(changed) && changed.removed === 0) return result;
+      await this.coordinator.setConfig(READ_BALANCE_CONFIG, storedSettings(result.settings));
+      await this.readBalance.reload();
+      return result;
+    });
+  }
+
+  /** GET /api/read-slots: this node's limit, taken, free and queued per priority and target. */
+  readSlots(): SlotRow[] {
+    return this.readBalance.snapshot();
+  }
+
+  /** POST /api/read-slots/reset: zeroes this node's counters; running reads go on. */
+  resetReadSlots(): SlotRow[] {
+    this.readBalance.reset();
+    this.log.info('read slot counters reset');
+    return this.readBalance.snapshot();
   }
 
   /** The snapshot readers known to the cluster. */
@@ -659,16 +844,20 @@ export class ShardexNode {
    * One page of a shard's documents in id order after `after`: a stable per-shard cursor
    * (not deep paging), served by the shard leader, or by this node's replica with distrib=false.
    */
-  async exportShard(req: ExportRequest, opts: { distrib?: boolean } = {}): Promise<ExportPage> {
+  async exportShard(req: ExportRequest, opts: { distrib?: boolean } & BalancedRead = {}): Promise<ExportPage & { readBalance?: ReadBalanceInfo }> {
     const state = this.collectionState(req.collection);
     if (!state.shards.some((s) => s.name === req.shard)) {
       throw new ShardexError('SHX_BAD_REQUEST', `collection '${req.collection}' has no shard '${req.shard}'; shards are ${state.shards.map((s) => s.name).join(', ')}`);
     }
     if (opts.distrib === false) return this.exportLocal(req);
-    const leader = this.coordinator.leader(req.collection, req.shard);
-    if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${req.collection}/${req.shard} has no leader right now; retry shortly`);
-    if (leader.node === this.name) return this.exportLocal(req);
-    return this.peers.call<ExportPage>(leader.node, 'search', { kind: 'export', ...req } satisfies PeerSearchRequest);
+    // One page is one balanced read: it holds a slot on the leaders until the page is sent.
+    return this.balanced([req.shard], { ...opts, consistency: 'immediate' }, async (permit) => {
+      const leader = this.coordinator.leader(req.collection, req.shard);
+      if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${req.collection}/${req.shard} has no leader right now; retry shortly`);
+      const page = leader.node === this.name ? await this.exportLocal(req) : await this.peers.call<ExportPage>(leader.node, 'search', { kind: 'export', ...req } satisfies PeerSearchRequest);
+      const placed = balanceInfo(permit);
+      return placed ? { ...page, readBalance: placed } : page;
+    });
   }
 
   private async exportLocal(req: ExportRequest): Promise<ExportPage> {
@@ -710,13 +899,25 @@ export class ShardexNode {
     return binding.index;
   }
 
-  /** A distributed search over every shard of the collection, each served by its leader. */
-  async search(collection: string, params: SearchParams, opts: ReadOptions = {}): Promise<SearchResponse & { servedBy?: Record<string, ServedBy> }> {
+  /**
+   * A distributed search over every shard of the collection: each shard served by its leader
+   * (immediate) or a snapshot reader (eventual). Balanced, it holds one slot per target its
+   * shards were placed on for all its phases.
+   */
+  async search(
+    collection: string,
+    params: SearchParams,
+    opts: ReadOptions = {},
+  ): Promise<SearchResponse & { servedBy?: Record<string, ServedBy>; readBalance?: ReadBalanceInfo }> {
     const state = this.collectionState(collection);
-    const servedBy: Record<string, ServedBy> = {};
-    const searchers = this.readPath.searchers(collection, state.shards.map((s) => s.name), opts, servedBy);
-    const res = await distributedSearch(this.schemaOf(collection), searchers, params);
-    return opts.consistency === 'eventual' ? { ...res, servedBy } : res;
+    const shards = state.shards.map((s) => s.name);
+    return this.balanced(shards, opts, async (permit) => {
+      const servedBy: Record<string, ServedBy> = {};
+      const searchers = this.readPath.searchers(collection, shards, pathOptions(opts, permit), servedBy);
+      const res = await distributedSearch(this.schemaOf(collection), searchers, params);
+      const placed = balanceInfo(permit);
+      return { ...res, ...(opts.consistency === 'eventual' && { servedBy }), ...(placed && { readBalance: placed }) };
+    });
   }
 
   /** Peer calls for reads, answered locally when this node is the target. */
@@ -776,6 +977,8 @@ export class ShardexNode {
     if (this.stopped) return;
     this.stopped = true;
     this.unsubscribe?.();
+    this.unwatchReaders?.();
+    this.readBalance.stop();
     for (const t of this.commitTimers.values()) clearInterval(t);
     this.commitTimers.clear();
     await this.syncing;
@@ -789,4 +992,77 @@ export class ShardexNode {
     this.replicas.clear();
     this.log.info('node stopped');
   }
+}
+
+/**
+ * The node's read balancer, following the settings in coordination (`loaded` sees each load
+ * before it applies), with its metrics in `metrics`.
+ */
+function readBalancer(
+  o: ReadBalanceOptions,
+  coordinator: Coordinator,
+  metrics: Registry,
+  log: Logger,
+  loaded: (settings: readonly BalanceSetting[]) => void,
+): ReadBalancerRuntime {
+  const rejected = new Counter({
+    name: 'shardex_read_rejected_total',
+    help: 'Balanced reads this node refused, by priority and reason (queue-full, not-configured, down, timeout)',
+    labelNames: ['priority', 'reason'],
+    registers: [metrics],
+  });
+  const source = coordinatorSettingsSource(coordinator, { ...(o.pollMs !== undefined && { pollMs: o.pollMs }) });
+  const balance = new ReadBalancerRuntime({
+    queueSize: o.queueSize ?? DEFAULT_READ_QUEUE_SIZE,
+    ...(o.defaultPriority !== undefined && { defaultPriority: o.defaultPriority }),
+    source: {
+      load: async () => {
+        const settings = await source.load();
+        loaded(settings);
+        return settings;
+      },
+      watch: (onChange) => source.watch(onChange),
+    },
+    onOutcome: (out) => {
+      if (out.kind === 'rejected') rejected.inc({ priority: out.priority, reason: out.reason });
+      else if (out.kind === 'timeout') rejected.inc({ priority: out.priority, reason: 'timeout' });
+    },
+    onSettingsError: (err) => log.warn({ err: (err as Error).message }, 'read-balance settings could not be loaded; the last good ones stay in force'),
+  });
+  new Gauge({
+    name: 'shardex_read_slots_taken',
+    help: 'Read slots this node has given out and not got back, by priority and target',
+    labelNames: ['priority', 'target'],
+    registers: [metrics],
+    collect() {
+      this.reset();
+      for (const r of balance.snapshot()) this.set({ priority: r.priority, target: r.target }, r.taken);
+    },
+  });
+  new Gauge({
+    name: 'shardex_read_queue_length',
+    help: "Reads waiting in this node's queue of each configured priority",
+    labelNames: ['priority'],
+    registers: [metrics],
+    collect() {
+      this.reset();
+      for (const p of new Set(balance.settings().map((s) => s.priority))) this.set({ priority: p }, balance.queueLength(p));
+    },
+  });
+  return balance;
+}
+
+/** The read-path options of a read the balancer let through: its targets, when it was placed. */
+function pathOptions(opts: ReadOptions, permit: ReadPermit): PathReadOptions {
+  return {
+    ...(opts.consistency !== undefined && { consistency: opts.consistency }),
+    ...(opts.scanType !== undefined && { scanType: opts.scanType }),
+    ...(opts.minVersion !== undefined && { minVersion: opts.minVersion }),
+    ...(permit.balanced && { targets: permit.targets }),
+  };
+}
+
+function balanceInfo(permit: ReadPermit): ReadBalanceInfo | undefined {
+  if (!permit.balanced || permit.priority === undefined) return undefined;
+  return { priority: permit.priority, targets: permit.targets, waitedMs: Math.round(permit.waitedMs * 100) / 100 };
 }

@@ -26,3 +26,22 @@ export type {
   Selection,
   ReaderSelectorOptions,
 } from './selector.js';
+export { PRIMARY_TARGET, ReadBalancer, allowedTargets } from './balancer.js';
+export type { BalanceSetting, ShardNeed, SlotRow, Outcome, RejectReason, UnbalancedReason } from './balancer.js';
+export { ReadBalancerRuntime, coordinatorSettingsSource, outcomeError } from './balancer-runtime.js';
+export type { ReadAcquire, ReadPermit, ReadBalancerRuntimeOptions, SettingsSource } from './balancer-runtime.js';
+export {
+  READ_BALANCE_CONFIG,
+  PriorityName,
+  TargetName,
+  parseSetting,
+  parseFilter,
+  parseStoredSettings,
+  filterSettings,
+  upsertSetting,
+  eraseSettings,
+  storedSettings,
+} from './balance-settings.js';
+export type { BalanceFilter } from './balance-settings.js';
+export { ReadPath, ReaderGroupRouters } from './read-path.js';
+export type { ReadOptions, ReadTransport, GroupRouting } from './read-path.js';

@@ -9,6 +9,7 @@ import type { ShardexNode } from '../shardex-node.js';
 import { adminRoutes } from './admin.js';
 import { collectionRoutes } from './collections.js';
 import { docRoutes } from './docs.js';
+import { readBalanceRoutes } from './read-balance.js';
 import { searchRoutes } from './search.js';
 
 export interface HttpOptions {
@@ -152,5 +153,6 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   await app.register(collectionRoutes);
   await app.register(docRoutes);
   await app.register(searchRoutes);
+  await app.register(readBalanceRoutes);
   return app as unknown as FastifyInstance;
 }

@@ -2,10 +2,12 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { checkId, toAddOps } from '../../distrib/documents.js';
 import { ShardexError } from '../../errors.js';
+import { PriorityName } from '../../read/balance-settings.js';
 import { parseMinVersion } from '../../read/eventual.js';
-import type { ReadOptions } from '../shardex-node.js';
+import { MAX_READ_TIMEOUT_MS, type BalancedRead, type ReadOptions } from '../shardex-node.js';
 import { NdjsonBatch } from './app.js';
 import { checkCollectionName } from './collections.js';
+import { responseEnd } from './read-balance.js';
 
 function parseMinRf(v: unknown): number {
   if (v === undefined) return 1;
@@ -21,15 +23,35 @@ function parseBool(name: string, v: unknown): boolean | undefined {
   throw new ShardexError('SHX_BAD_REQUEST', `${name} must be true or false, got ${JSON.stringify(v)}`);
 }
 
-export interface ReadQuery {
+export interface ReadQuery extends BalanceQuery {
   distrib?: string;
   consistency?: string;
   scanType?: string;
   minVersion?: string;
 }
 
-/** The read options of a get or search: distrib, consistency, scanType, minVersion. */
-export function parseReadOptions(q: ReadQuery): ReadOptions {
+export interface BalanceQuery {
+  priority?: unknown;
+  timeoutMs?: unknown;
+}
+
+/** The balancing options of a read: `priority` (a name) and `timeoutMs` (queue time counts against it). */
+export function parseBalanceOptions(q: BalanceQuery): BalancedRead {
+  if (q.priority !== undefined && (typeof q.priority !== 'string' || !PriorityName.safeParse(q.priority).success)) {
+    throw new ShardexError('SHX_BAD_REQUEST', `priority must be a name matching [A-Za-z0-9_.-]{1,64}, got ${JSON.stringify(q.priority)}; GET /api/read-balance lists the configured priorities`);
+  }
+  let timeoutMs: number | undefined;
+  if (q.timeoutMs !== undefined) {
+    timeoutMs = typeof q.timeoutMs === 'number' ? q.timeoutMs : typeof q.timeoutMs === 'string' && q.timeoutMs.trim() !== '' ? Number(q.timeoutMs) : NaN;
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_READ_TIMEOUT_MS) {
+      throw new ShardexError('SHX_BAD_REQUEST', `timeoutMs must be an integer from 1 to ${MAX_READ_TIMEOUT_MS} (milliseconds), got ${JSON.stringify(q.timeoutMs)}`);
+    }
+  }
+  return { ...(q.priority !== undefined && { priority: q.priority as string }), ...(timeoutMs !== undefined && { timeoutMs }) };
+}
+
+/** The read options of a get or search: distrib, consistency, scanType, minVersion, priority, timeoutMs. */
+export function parseReadOptions(q: ReadQuery): ReadOptions & { distrib?: boolean } {
   const distrib = parseBool('distrib', q.distrib);
   if (q.consistency !== undefined && q.consistency !== 'immediate' && q.consistency !== 'eventual') {
     throw new ShardexError('SHX_BAD_REQUEST', `consistency must be immediate or eventual, got ${JSON.stringify(q.consistency)}`);
@@ -40,6 +62,7 @@ export function parseReadOptions(q: ReadQuery): ReadOptions {
     ...(q.consistency !== undefined && { consistency: q.consistency }),
     ...(q.scanType !== undefined && { scanType: q.scanType }),
     ...(q.minVersion !== undefined && { minVersion: q.minVersion }),
+    ...parseBalanceOptions(q),
   };
 }
 
@@ -74,26 +97,28 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
 
   app.get<{ Params: { c: string; id: string }; Querystring: ReadQuery }>('/api/collections/:c/docs/:id', async (req, reply) => {
     const c = checkCollectionName(req.params.c);
-    const got = await app.shardex.get(c, req.params.id, parseReadOptions(req.query));
+    const got = await app.shardex.get(c, req.params.id, { ...parseReadOptions(req.query), endSignal: responseEnd(reply) });
     if (got?.servedBy) void reply.header('x-shardex-served-by', JSON.stringify(got.servedBy));
+    if (got?.readBalance) void reply.header('x-shardex-read-balance', JSON.stringify(got.readBalance));
     if (!got?.entry) return reply.status(404).send({ error: `document '${req.params.id}' not found in '${c}'`, code: 'SHX_NOT_FOUND' });
     return { ...got.entry.doc, _version_: got.entry.version, _shard_: got.shard };
   });
 
-  app.get<{ Params: { c: string }; Querystring: { shard?: string; after?: string; limit?: string; distrib?: string; q?: string; filter?: string | string[]; fields?: string } }>(
+  app.get<{ Params: { c: string }; Querystring: { shard?: string; after?: string; limit?: string; distrib?: string; q?: string; filter?: string | string[]; fields?: string } & BalanceQuery }>(
     '/api/collections/:c/export',
-    async (req) => {
+    async (req, reply) => {
       const c = checkCollectionName(req.params.c);
       const { shard, after } = req.query;
       if (!shard) throw new ShardexError('SHX_BAD_REQUEST', 'export needs ?shard=<shard name>; GET /api/cluster lists the shards');
       const limit = req.query.limit === undefined ? 1000 : Number(req.query.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new ShardexError('SHX_BAD_REQUEST', `limit must be an integer from 1 to 10000, got ${JSON.stringify(req.query.limit)}`);
       const distrib = parseBool('distrib', req.query.distrib);
+      const balance = parseBalanceOptions(req.query);
       const { q, fields } = req.query;
       const filters = req.query.filter === undefined ? undefined : Array.isArray(req.query.filter) ? req.query.filter : [req.query.filter];
       return app.shardex.exportShard(
         { collection: c, shard, limit, ...(after !== undefined && { after }), ...(q !== undefined && { q }), ...(filters && { filters }), ...(fields !== undefined && { fields }) },
-        distrib === undefined ? {} : { distrib },
+        { ...(distrib !== undefined && { distrib }), ...balance, endSignal: responseEnd(reply) },
       );
     },
   );

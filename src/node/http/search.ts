@@ -6,6 +6,7 @@ import { ShardexError } from '../../errors.js';
 import type { ReadOptions } from '../shardex-node.js';
 import { checkCollectionName, zodMessage } from './collections.js';
 import { parseReadOptions } from './docs.js';
+import { responseEnd } from './read-balance.js';
 
 const intText = (name: string) =>
   z.union([z.number(), z.string()]).transform((v, ctx) => {
@@ -33,6 +34,9 @@ const SearchQuery = z
     consistency: z.enum(['immediate', 'eventual']).optional(),
     scanType: z.string().optional(),
     minVersion: z.union([z.string(), z.number()]).transform(String).optional(),
+    // Checked with the other read options (parseReadOptions), so that every read says the same.
+    priority: z.unknown().optional(),
+    timeoutMs: z.unknown().optional(),
   })
   .strict();
 
@@ -53,19 +57,21 @@ export function parseSearchParams(input: unknown): SearchParams & { read: ReadOp
       ...(p.consistency !== undefined && { consistency: p.consistency }),
       ...(p.scanType !== undefined && { scanType: p.scanType }),
       ...(p.minVersion !== undefined && { minVersion: p.minVersion }),
+      ...(p.priority !== undefined && { priority: p.priority }),
+      ...(p.timeoutMs !== undefined && { timeoutMs: p.timeoutMs }),
     }),
   };
 }
 
 export const searchRoutes: FastifyPluginAsync = async (app) => {
-  app.get<{ Params: { c: string } }>('/api/collections/:c/search', async (req) => {
+  app.get<{ Params: { c: string } }>('/api/collections/:c/search', async (req, reply) => {
     const c = checkCollectionName(req.params.c);
     const { read, ...params } = parseSearchParams(req.query);
-    return app.shardex.search(c, params, read);
+    return app.shardex.search(c, params, { ...read, endSignal: responseEnd(reply) });
   });
-  app.post<{ Params: { c: string } }>('/api/collections/:c/search', async (req) => {
+  app.post<{ Params: { c: string } }>('/api/collections/:c/search', async (req, reply) => {
     const c = checkCollectionName(req.params.c);
     const { read, ...params } = parseSearchParams(req.body);
-    return app.shardex.search(c, params, read);
+    return app.shardex.search(c, params, { ...read, endSignal: responseEnd(reply) });
   });
 };
