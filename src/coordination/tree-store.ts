@@ -14,6 +14,7 @@ import { ShardexError } from '../errors.js';
 import { MemoryZNodeServer, type MemoryZNodeServerOptions, type PersistedZNode, type ZNodeChange, type ZNodeJournal } from './memory-store.js';
 import type { StoreLogger } from './store.js';
 import { decodeLog, decodeSnapshot, encodeChange, encodeHeader, encodeSnapshot, LOG_MAGIC, replay, TreeFileError, type DecodedSnapshot, type LoggedChange } from './tree-format.js';
+import { processAlive as alive } from '../pid.js';
 
 export interface TreeStoreOptions extends Omit<MemoryZNodeServerOptions, 'restore' | 'journal'> {
   /** The directory of the tree's files; created if missing. */
@@ -259,11 +260,3 @@ async function unlock(dir: string): Promise<void> {
   await rm(join(dir, LOCK_FILE), { force: true });
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}

@@ -32,6 +32,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { inflateRawSync } from 'node:zlib';
 import { ensureDebianPackage } from '../../src/node/local-zookeeper.js';
+import { processAlive as alive } from '../../src/pid.js';
 
 export type Progress = (message: string) => void;
 
@@ -611,15 +612,6 @@ export function projectName(): string {
 function pidOf(project: string): number | undefined {
   const m = new RegExp(`^${PROJECT_PREFIX}(\\d+)x[0-9a-f]+`).exec(project);
   return m ? Number(m[1]) : undefined;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 export class ComposeProject {

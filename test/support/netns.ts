@@ -14,6 +14,7 @@ import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ensureDebianPackage } from '../../src/node/local-zookeeper.js';
+import { processAlive as alive } from '../../src/pid.js';
 
 /** Where each run records which namespaces it owns, so that a later run can clean up after a crash. */
 const OWNERS_DIR = '/run/shardex-netns';
@@ -40,15 +41,6 @@ interface OwnerRecord {
 
 function ip(args: string[]): string {
   return execFileSync('ip', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function listNamespaces(): string[] {
