@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openDevCoordinator, wipeDataDir } from '../src/node/dev-data.js';
-import { silentLogger } from '../src/node/logger.js';
+import { silentLogger } from '../src/logger.js';
 import type { ShardexError } from '../src/errors.js';
 
 let dir: string;

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClusterCoordinator } from '../src/coordination/index.js';
 import { MemoryZNodeServer } from '../src/coordination/memory-store.js';
 import { buildHttp } from '../src/node/http/app.js';
-import { silentLogger } from '../src/node/logger.js';
+import { silentLogger } from '../src/logger.js';
 import { ShardexNode } from '../src/node/shardex-node.js';
 
 let dir: string;

@@ -13,7 +13,7 @@ import { EPOCH_UNIT, epochOf } from '../src/distrib/shard-state.js';
 import { parseSchema } from '../src/index/index.js';
 import { UpdateProcessor } from '../src/distrib/update-processor.js';
 import { ShardexError } from '../src/errors.js';
-import { silentLogger } from '../src/node/logger.js';
+import { silentLogger } from '../src/logger.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
 
 const log = silentLogger();

@@ -39,7 +39,7 @@ import { WriteBatcher, type WriteBatcherOptions } from './write-batcher.js';
 import { distributedSearch } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
 import { PeerClients } from '../transport/index.js';
-import { silentLogger } from '../node/logger.js';
+import { silentLogger } from '../logger.js';
 import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { ReadPath } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';

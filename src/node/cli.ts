@@ -6,7 +6,7 @@ import { formatRange, parseRouterName, partitionRange, routeId } from '../hashra
 import { ShardexError } from '../errors.js';
 import { wipeDataDir } from './dev-data.js';
 import { ThreadedDevCluster } from './dev-threads.js';
-import { createLogger } from './logger.js';
+import { createLogger } from '../logger.js';
 import { registerClientCommands } from './cli-client.js';
 import { readBalanceOptions, runNode, runReader, type ReadBalanceFlags, type RunNodeOptions, type RunReaderOptions } from './run-node.js';
 

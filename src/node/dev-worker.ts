@@ -4,7 +4,7 @@ import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import { PortZNodeStore } from '../coordination/port-store.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
-import { createLogger } from './logger.js';
+import { createLogger } from '../logger.js';
 import { ShardexNode, type ReadBalanceOptions } from './shardex-node.js';
 
 export interface DevWorkerData {

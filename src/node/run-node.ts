@@ -5,7 +5,7 @@ import { ClusterCoordinator } from '../coordination/cluster.js';
 import { ZooKeeperStore } from '../coordination/zookeeper-store.js';
 import { ShardexError } from '../errors.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
-import { createLogger } from './logger.js';
+import { createLogger } from '../logger.js';
 import { ShardexNode, checkReadBalanceOptions, type ReadBalanceOptions } from './shardex-node.js';
 
 /** What every cluster process is told: where ZooKeeper is, and where it listens. */

@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DevCluster, type DevClusterOptions } from '../../src/node/dev-cluster.js';
-import { silentLogger } from '../../src/node/logger.js';
+import { silentLogger } from '../../src/logger.js';
 
 export interface TestCluster {
   readonly cluster: DevCluster;

@@ -1,4 +1,4 @@
-// The one way to make a logger: pino JSON to a destination (stdout, stderr or a file).
+// The one way to make a logger (every part uses it): pino JSON to a destination (stdout, stderr or a file).
 import { pino, type Logger } from 'pino';
 
 export function createLogger(opts: { level?: string; file?: string; fd?: 1 | 2; name?: string } = {}): Logger {
