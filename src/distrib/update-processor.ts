@@ -45,7 +45,7 @@ export interface UpdateProcessorOptions {
   readonly replica: (collection: string, shard: string) => ShardReplica | undefined;
   /** The collection's schema: the leader admits forwarded documents again before it versions them. */
   readonly schema: (collection: string) => CollectionSchema;
-  /** Performs the shard machine's node-level effects (resign, recover, auto-commit). */
+  /** Performs the shard machine's node-level effects (resign, recover, catch-up, auto-commit); it ignores the others. */
   readonly perform: (replica: ShardReplica, effects: readonly ShardEffect[]) => void;
   readonly distributor: CommandDistributor;
   readonly logger: Logger;
@@ -192,10 +192,9 @@ export class UpdateProcessor {
     return new ShardexError('SHX_NOT_LEADER', `${this.o.self} ${why} of ${update.collection}/${update.shard}; retry to reach the leader (nothing was applied)`);
   }
 
-  /** Performs the effects this processor owns; the node performs the rest. */
+  /** Hands the effects to the node, which performs those that are its own (it ignores the replies this processor gives). */
   private perform(replica: ShardReplica, effects: readonly ShardEffect[]): void {
-    const node = effects.filter((e) => e.type === 'resign' || e.type === 'recover' || e.type === 'catchUp' || e.type === 'stopAutoCommit' || e.type === 'startAutoCommit');
-    if (node.length > 0) this.o.perform(replica, node);
+    if (effects.length > 0) this.o.perform(replica, effects);
   }
 
   /**
