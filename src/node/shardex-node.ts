@@ -27,7 +27,7 @@ import { ReaderSelector } from '../read/selector.js';
 import { Mutex } from '../distrib/mutex.js';
 import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type StoreWrite, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer, portError } from '../transport/index.js';
-import { buildHttp } from './http/app.js';
+import { buildHttp, type HttpOptions } from './http/app.js';
 
 export interface ShardexNodeOptions {
   readonly name: string;
@@ -42,6 +42,8 @@ export interface ShardexNodeOptions {
   readonly logger: Logger;
   /** Largest accepted HTTP body (Elasticsearch's http.max_content_length: 100 MiB). */
   readonly bodyLimit?: number;
+  /** More HTTP settings (authentication, limits: see http/app.ts), given to the HTTP layer as they are. */
+  readonly http?: Partial<Omit<HttpOptions, 'logger'>>;
   readonly maxInFlight?: number;
   readonly backoff?: BackoffPolicy;
   readonly forwardRetries?: number;
@@ -283,7 +285,7 @@ export class ShardexNode {
     const grpcPort = await this.grpcServer.listen(host, this.o.grpcPort);
     const advertised = this.o.advertiseHost ?? host;
     this.grpcAddress = `${advertised}:${grpcPort}`;
-    this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, logger: this.log });
+    this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, ...this.o.http, logger: this.log });
     await this.http.listen({ host, port: this.o.httpPort }).catch((err: Error) => {
       throw portError('HTTP', host, this.o.httpPort, err);
     });
