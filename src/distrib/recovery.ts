@@ -1,5 +1,6 @@
 // Bringing a replica up to date from a peer, so that it ends with exactly the peer's id -> version
-// map: peer sync (the peer's update log after our newest version, less a reorder window) when the
+// map: peer sync (the entries of the peer's update log after our newest version, less a reorder
+// window, that our own log lacks: the two logs are compared by their versions first) when the
 // peer's log reaches back far enough, else a full copy of the peer's documents followed by a peer
 // sync. After a peer sync, our own recent log entries are checked against the peer's log: an
 // entry the peer does not hold (a deposed leader's write that nobody acknowledged) is replaced
@@ -33,7 +34,10 @@ export interface PeerLogInfo {
 /** What recovery needs from a peer; implemented over gRPC by the node. */
 export interface SyncSource {
   info(): Promise<PeerLogInfo>;
-  updatesAfter(after: number, limit: number): Promise<StoredEntry[]>;
+  /** The versions in the peer's log after `after`, oldest first, at most `limit` (no documents). */
+  logVersions(after: number, limit: number): Promise<number[]>;
+  /** The peer's log entries of these versions (those its log still holds). */
+  logEntries(versions: readonly number[]): Promise<StoredEntry[]>;
   /** The peer's current entries (tombstones included) of these ids; undefined where it has none. */
   entries(ids: readonly string[]): Promise<Array<StoredEntry | undefined>>;
   copy(): AsyncIterable<StoredEntry[]>;
@@ -49,8 +53,9 @@ export interface RecoveryReport {
   readonly reverted: number;
 }
 
-const PAGE = 5000;
-const ENTRIES_PAGE = 1000;
+/** Versions per listing page, and entries per fetch (the RPC's bound is 10,000). */
+const VERSIONS_PAGE = 50_000;
+const ENTRIES_PAGE = 5000;
 
 /**
  * Where a peer sync must start: REORDER_WINDOW versions below `localMax`. Versions are
@@ -76,36 +81,60 @@ export function canPeerSync(localMax: number, from: number, peer: PeerLogInfo): 
   return localMax === 0 ? peer.trimmedThrough === 0 : peer.trimmedThrough <= from;
 }
 
-/**
- * Applies the peer's log entries after `from`, page by page. Returns the count applied; with
- * `seen`, also collects every version the peer's log holds after `from`.
- */
-export async function peerSync(replica: ShardReplica, source: SyncSource, from: number, seen?: Set<number>): Promise<number> {
-  let after = from;
-  let applied = 0;
-  for (;;) {
-    const page = await source.updatesAfter(after, PAGE);
-    if (page.length === 0) return applied;
-    if (seen) for (const e of page) seen.add(e.version);
-    applied += (await replica.apply(page)).length;
-    after = page[page.length - 1]!.version;
-    if (page.length < PAGE) return applied;
+/** Every version a paged listing yields after `from`, oldest first. */
+async function listAll(from: number, page: (after: number, limit: number) => Promise<number[]>): Promise<number[]> {
+  const out: number[] = [];
+  for (let after = from; ; ) {
+    const versions = await page(after, VERSIONS_PAGE);
+    for (const v of versions) out.push(v);
+    if (versions.length < VERSIONS_PAGE) return out;
+    after = versions[versions.length - 1]!;
   }
 }
 
+/** What a comparison of the two logs after `from` found. */
+export interface LogComparison {
+  /** The peer's log versions after `from`. */
+  readonly theirs: ReadonlySet<number>;
+  /** Our log versions after `from` (before the missing ones were applied). */
+  readonly ours: readonly number[];
+  /** Entries of the peer's log we did not hold, applied. */
+  readonly applied: number;
+}
+
 /**
- * Makes every id whose current version we logged after `from` and the peer's log lacks (`seen`
- * holds what it has after `from`) hold what the peer holds for it. Normally there are none; those
- * there are are writes a deposed leader applied and nobody acknowledged. A version that may have
- * reached us from the peer after it answered (`info`) is left alone: one of the peer's own epoch
- * newer than its newest version then.
+ * Peer sync: compares the versions of the two logs after `from` (keys only) and fetches and
+ * applies only the peer's entries our log lacks. A replica that restarts with what its leader
+ * has transfers a list of versions, not the documents of the reorder window.
  */
-export async function converge(replica: ShardReplica, source: SyncSource, from: number, info: PeerLogInfo, seen: ReadonlySet<number>): Promise<number> {
+export async function peerSync(replica: ShardReplica, source: SyncSource, from: number): Promise<LogComparison> {
+  const theirs = await listAll(from, (after, limit) => source.logVersions(after, limit));
+  const ours = await listAll(from, (after, limit) => replica.store.logVersionsAfter(after, limit));
+  const have = new Set(ours);
+  const missing = theirs.filter((v) => !have.has(v));
+  let applied = 0;
+  for (let i = 0; i < missing.length; i += ENTRIES_PAGE) {
+    const page = await source.logEntries(missing.slice(i, i + ENTRIES_PAGE));
+    applied += (await replica.apply(page)).length;
+  }
+  return { theirs: new Set(theirs), ours, applied };
+}
+
+/**
+ * Makes every id whose current version we logged after `from` and the peer's log lacks hold what
+ * the peer holds for it. Normally there are none; those there are are writes a deposed leader
+ * applied and nobody acknowledged. A version that may have reached us from the peer after it
+ * answered (`info`) is left alone: one of the peer's own epoch newer than its newest version then.
+ */
+export async function converge(replica: ShardReplica, source: SyncSource, info: PeerLogInfo, logs: LogComparison): Promise<number> {
   const peerEpoch = info.epoch ?? epochOf(info.maxVersion);
   const sinceSync = (v: number): boolean => v > info.maxVersion && epochOf(v) >= peerEpoch;
+  const unknown = logs.ours.filter((v) => !sinceSync(v) && !logs.theirs.has(v));
   const suspects: string[] = [];
-  for (const e of await replica.store.recentEntries(from, REORDER_WINDOW)) {
-    if (!sinceSync(e.version) && !seen.has(e.version) && (await replica.store.versionOf(e.id)) === e.version) suspects.push(e.id);
+  for (let i = 0; i < unknown.length; i += ENTRIES_PAGE) {
+    for (const e of await replica.store.logEntries(unknown.slice(i, i + ENTRIES_PAGE))) {
+      if ((await replica.store.versionOf(e.id)) === e.version) suspects.push(e.id);
+    }
   }
   let reverted = 0;
   for (let i = 0; i < suspects.length; i += ENTRIES_PAGE) {
@@ -121,15 +150,14 @@ export async function syncFrom(replica: ShardReplica, source: SyncSource, info: 
   const localMax = replica.store.maxVersion;
   const from = await syncStartOf(replica.store);
   if (canPeerSync(localMax, from, info)) {
-    const seen = new Set<number>();
-    const applied = await peerSync(replica, source, from, seen);
-    const reverted = localMax === 0 ? 0 : await converge(replica, source, from, info, seen);
-    return { method: 'peer-sync', applied, copied: 0, reverted };
+    const logs = await peerSync(replica, source, from);
+    const reverted = localMax === 0 ? 0 : await converge(replica, source, info, logs);
+    return { method: 'peer-sync', applied: logs.applied, copied: 0, reverted };
   }
   await replica.reset();
   let copied = 0;
   for await (const chunk of source.copy()) copied += (await replica.apply(chunk)).length;
   // Whatever landed at the peer while we copied is in its log after the copy's start.
-  const applied = await peerSync(replica, source, syncStart(Math.min(info.maxVersion, replica.store.maxVersion)));
+  const { applied } = await peerSync(replica, source, syncStart(Math.min(info.maxVersion, replica.store.maxVersion)));
   return { method: 'full-copy', applied, copied, reverted: 0 };
 }

@@ -267,6 +267,8 @@ export class ShardexNode {
           const replica = this.localReplica(r.collection, r.shard);
           // A dirty replica holds writes nobody acknowledged: no new leader may take them from it.
           if (replica.health === 'dirty') throw new ShardexError('SHX_RECOVERING', `${this.name}'s replica of ${replica.key} is recovering from a deposed leadership; sync from another replica`);
+          if (r.versionsOnly) return replica.store.logVersionsAfter(r.after, Math.min(r.limit, 100_000), r.upto);
+          if (r.only) return replica.store.logEntries(r.only.filter((v) => v > r.after && (r.upto === undefined || v <= r.upto)));
           return replica.store.updatesAfter(r.after, Math.min(r.limit, 10_000), r.upto);
         },
         copyShard: (req) => this.onPeerCopy(req),
@@ -495,7 +497,8 @@ export class ShardexNode {
   private syncSource(node: string, collection: string, shard: string): SyncSource {
     return {
       info: () => this.peers.call<PeerLogInfo>(node, 'versions', { collection, shard, replica: this.name }),
-      updatesAfter: (after, limit) => this.peers.call<StoredEntry[]>(node, 'updatesAfter', { collection, shard, after, limit }),
+      logVersions: (after, limit) => this.peers.call<number[]>(node, 'updatesAfter', { collection, shard, after, limit, versionsOnly: true }),
+      logEntries: (versions) => this.peers.call<StoredEntry[]>(node, 'updatesAfter', { collection, shard, after: 0, limit: versions.length || 1, only: versions }),
       entries: async (ids) => (await this.peers.call<Array<StoredEntry | null>>(node, 'get', { collection, shard, ids })).map((e) => e ?? undefined),
       copy: () => this.peers.streamCall<StoredEntry[]>(node, 'copyShard', { collection, shard }),
     };
@@ -526,7 +529,7 @@ export class ShardexNode {
       peers.map(async (p) => {
         try {
           const from = await syncStartOf(replica.store);
-          const n = await peerSync(replica, this.syncSource(p.node, replica.collection, replica.shard), from);
+          const { applied: n } = await peerSync(replica, this.syncSource(p.node, replica.collection, replica.shard), from);
           if (n > 0) this.log.info({ replica: replica.key, from: p.node, applied: n }, 'new leader synced updates from a replica');
         } catch (err) {
           this.log.warn({ replica: replica.key, peer: p.node, err: (err as Error).message }, 'new leader could not sync from a replica');

@@ -543,10 +543,19 @@ export class ReplicaStore {
     return 0;
   }
 
-  /** The newest `n` log entries with a version above `after`, newest first (convergent recovery). */
-  async recentEntries(after: number, n: number): Promise<StoredEntry[]> {
+  /** The versions in the log after `after` (up to `upto`), oldest first, at most `limit`: keys only, no documents read. */
+  async logVersionsAfter(after: number, limit: number, upto?: number): Promise<number[]> {
+    const out: number[] = [];
+    const range = upto === undefined ? { gt: logKey(after), lt: LOG + ':', limit } : { gt: logKey(after), lte: logKey(upto), limit };
+    for await (const key of this.db.keys(range)) out.push(Number(key.slice(1)));
+    return out;
+  }
+
+  /** The log entries of exactly these versions (those the log holds), in the order given. */
+  async logEntries(versions: readonly number[]): Promise<StoredEntry[]> {
+    const values = await this.db.getMany(versions.map(logKey));
     const out: StoredEntry[] = [];
-    for await (const [, value] of this.db.iterator({ gt: logKey(after), lt: LOG + ':', reverse: true, limit: n })) out.push(decodeEntry(value));
+    for (const v of values) if (v !== undefined) out.push(decodeEntry(v));
     return out;
   }
 

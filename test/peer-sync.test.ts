@@ -1,0 +1,150 @@
+// Peer sync compares the two update logs by version and fetches only the entries the replica's
+// log lacks (a restart with what the leader has transfers versions, not documents); after it,
+// convergence replaces what only the replica holds (a deposed leader's unacknowledged write).
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { syncFrom, type PeerLogInfo, type SyncSource } from '../src/distrib/recovery.js';
+import { ShardReplica } from '../src/distrib/replica.js';
+import { epochBase } from '../src/distrib/shard-state.js';
+import { ReplicaStore, type StoredEntry, type UpdateOp } from '../src/ulog/index.js';
+
+let dir: string;
+const stores: ReplicaStore[] = [];
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'shardex-peer-sync-'));
+});
+
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close().catch(() => undefined);
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function replicaIn(name: string): Promise<ShardReplica> {
+  const store = await ReplicaStore.open(join(dir, name));
+  stores.push(store);
+  return new ShardReplica('c', 'shard1', store, pino({ level: 'silent' }));
+}
+
+const V = epochBase(1);
+const op = (id: string, n: number, doc: 'live' | 'deleted' = 'live'): UpdateOp => ({ id, version: V + n, doc: doc === 'live' ? { id, n } : null });
+
+/** A sync source over a store in this process, counting what it transfers. */
+function sourceOf(peer: ShardReplica, counts: { entries: number; versions: number }): SyncSource {
+  return {
+    info: async (): Promise<PeerLogInfo> => ({ maxVersion: peer.store.maxVersion, trimmedThrough: peer.store.trimmedThrough, epoch: 1, leading: true }),
+    logVersions: async (after, limit) => {
+      const v = await peer.store.logVersionsAfter(after, limit);
+      counts.versions += v.length;
+      return v;
+    },
+    logEntries: async (versions) => {
+      const e = await peer.store.logEntries(versions);
+      counts.entries += e.length;
+      return e;
+    },
+    entries: async (ids) => (await peer.store.getMany(ids)).map((e): StoredEntry | undefined => e),
+    copy: async function* () {
+      const all: StoredEntry[] = [];
+      for await (const e of peer.store.entries()) all.push(e);
+      counts.entries += all.length;
+      yield all;
+    },
+  };
+}
+
+async function contents(r: ShardReplica): Promise<Array<[string, number, boolean]>> {
+  const out: Array<[string, number, boolean]> = [];
+  for await (const e of r.store.entries()) out.push([e.id, e.version, e.doc !== null]);
+  return out;
+}
+
+describe('peer sync', () => {
+  it('fetches only the entries the replica lacks, and ends with the leader state', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    const ops = Array.from({ length: 2000 }, (_, i) => op(`d${i}`, i + 1));
+    await leader.apply(ops);
+    // The replica missed 3 updates in the middle (reordered in flight, then it restarted) and the newest.
+    const missed = new Set([500, 1200, 1201, 2000]);
+    await replica.apply(ops.filter((_, i) => !missed.has(i + 1)));
+    await leader.apply([op('d7', 2001, 'deleted')]);
+
+    const counts = { entries: 0, versions: 0 };
+    const source = sourceOf(leader, counts);
+    const report = await syncFrom(replica, source, await source.info());
+
+    expect(report).toEqual({ method: 'peer-sync', applied: 5, copied: 0, reverted: 0 });
+    expect(counts.entries).toBe(5);
+    expect(counts.versions).toBe(2001);
+    expect(await contents(replica)).toEqual(await contents(leader));
+    expect(replica.store.docCount).toBe(1999);
+  });
+
+  it('transfers no entry when the replica already holds the leader log', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    const ops = Array.from({ length: 300 }, (_, i) => op(`d${i % 120}`, i + 1, i % 7 === 0 ? 'deleted' : 'live'));
+    await leader.apply(ops);
+    await replica.apply(ops);
+    const counts = { entries: 0, versions: 0 };
+    const source = sourceOf(leader, counts);
+    const report = await syncFrom(replica, source, await source.info());
+    expect(report.applied).toBe(0);
+    expect(counts.entries).toBe(0);
+    expect(await contents(replica)).toEqual(await contents(leader));
+  });
+
+  it('converges when updates reached the replica out of order (superseded versions are fetched and dropped)', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    const ops = Array.from({ length: 300 }, (_, i) => op(`d${i % 120}`, i + 1, i % 7 === 0 ? 'deleted' : 'live'));
+    await leader.apply(ops);
+    // Newest first: each id's older versions arrive after its newest and are dropped, never logged.
+    await replica.apply([...ops].reverse());
+    const counts = { entries: 0, versions: 0 };
+    const source = sourceOf(leader, counts);
+    const report = await syncFrom(replica, source, await source.info());
+    expect(report.applied).toBe(0);
+    expect(counts.entries).toBe(180);
+    expect(await contents(replica)).toEqual(await contents(leader));
+  });
+
+  it('replaces a write only the replica holds with the leader entry, or removes it', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    await leader.apply([op('a', 1), op('b', 2)]);
+    await replica.apply([op('a', 1), op('b', 2)]);
+    // A deposed leader's writes nobody acknowledged: a new version of `a`, a new document `z`.
+    await replica.apply([op('a', 3), op('z', 4)]);
+    // The new leader's own write of `b` with a version the replica also lacks.
+    await leader.apply([op('b', 5)]);
+
+    const counts = { entries: 0, versions: 0 };
+    const source = sourceOf(leader, counts);
+    const report = await syncFrom(replica, source, await source.info());
+    expect(report.method).toBe('peer-sync');
+    expect(report.applied).toBe(1);
+    expect(report.reverted).toBe(2);
+    expect(await contents(replica)).toEqual([
+      ['a', V + 1, true],
+      ['b', V + 5, true],
+    ]);
+    // The replaced versions left the replica's log: no later peer syncs them from it.
+    expect(await replica.store.logVersionsAfter(0, 100)).toEqual([V + 1, V + 2, V + 5]);
+  });
+
+  it('copies everything into an empty replica', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    await leader.apply(Array.from({ length: 50 }, (_, i) => op(`d${i}`, i + 1)));
+    const counts = { entries: 0, versions: 0 };
+    const source = sourceOf(leader, counts);
+    const report = await syncFrom(replica, source, await source.info());
+    expect(report.applied).toBe(50);
+    expect(await contents(replica)).toEqual(await contents(leader));
+  });
+});
