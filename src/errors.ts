@@ -13,12 +13,20 @@ export const ERRORS = {
   SHX_BAD_ID: { status: 400, retryable: false },
   SHX_BAD_QUERY: { status: 400, retryable: false },
   SHX_BAD_CONFIG: { status: 400, retryable: false },
+  /** A request over one of the node's limits (batch size, document size, query clauses, ...): nothing was done. */
+  SHX_LIMIT_EXCEEDED: { status: 400, retryable: false },
+  /** No valid API key (`Authorization: Bearer KEY`) on a node that requires keys. */
+  SHX_UNAUTHORIZED: { status: 401, retryable: false },
+  /** A valid API key without the role the endpoint needs. */
+  SHX_FORBIDDEN: { status: 403, retryable: false },
   SHX_NOT_FOUND: { status: 404, retryable: false },
   SHX_COLLECTION_NOT_FOUND: { status: 404, retryable: false },
   SHX_COLLECTION_EXISTS: { status: 409, retryable: false },
   SHX_BODY_TOO_LARGE: { status: 413, retryable: false },
   SHX_UNSUPPORTED_MEDIA: { status: 415, retryable: false },
   SHX_BUSY: { status: 429, retryable: true },
+  /** More requests in flight on one connection (HTTP pipelining) than the node allows: nothing was done. */
+  SHX_TOO_MANY_REQUESTS: { status: 429, retryable: true },
   SHX_SNAPSHOT_BEHIND: { status: 409, retryable: false },
   SHX_INTERNAL: { status: 500, retryable: false },
   SHX_NOT_LEADER: { status: 503, retryable: true },

@@ -15,8 +15,8 @@ import { ClusterSnapshot, type NodeView } from './cluster-state.js';
 import { DEFAULT_HOST_UNAVAILABLE_CODES, DEFAULT_MIN_HOSTS, DEFAULT_SUSPEND_TIME_MS, HostAvailability } from './host-availability.js';
 import { RequestExecutor, type AttemptFailure, type JobContext, type Outcome, type Request } from './failover.js';
 import { CoordinatorStateSource, HttpStateSource, normalizeUrls, type ClusterStateSource } from './state-source.js';
-import { checkKeys, codeListOption, durationOption, functionOption, intOption, oneOf } from './options.js';
-import { httpCall } from './transport.js';
+import { apiKeyOption, checkKeys, codeListOption, durationOption, functionOption, intOption, oneOf } from './options.js';
+import { httpCall, withApiKey } from './transport.js';
 import type {
   AddResult,
   DeleteResult,
@@ -77,6 +77,7 @@ const COMMON_KEYS = [
   'fetch',
   'scheduler',
   'selectorProfiles',
+  'apiKey',
 ] as const;
 
 /** Refuses unknown keys and a connection that names no cluster (or more than one way to it). */
@@ -135,7 +136,9 @@ export class ShardexClient {
 
   constructor(opts: ShardexClientOptions) {
     checkConnection(opts);
-    this.fetchFn = functionOption<FetchLike>('fetch', opts.fetch) ?? ((url, init) => fetch(url, init));
+    const fetchFn = functionOption<FetchLike>('fetch', opts.fetch) ?? ((url, init) => fetch(url, init));
+    const apiKey = apiKeyOption(opts.apiKey);
+    this.fetchFn = apiKey === undefined ? fetchFn : withApiKey(fetchFn, apiKey);
     this.log = opts.logger?.child({ component: 'client' });
     this.logger = this.log ?? silentLogger();
     this.backoff = functionOption<BackoffPolicy>('backoff', opts.backoff) ?? exponentialBackoff(100, 5000);

@@ -19,6 +19,16 @@ export function durationOption(name: string, v: unknown, fallback: number): numb
   return v;
 }
 
+/** An API key: non-empty printable ASCII without spaces (it travels in a header). Never shown in a message. */
+export function apiKeyOption(v: unknown): string | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string') throw new ShardexError('SHX_BAD_CONFIG', `apiKey must be a string (a key of the nodes' --api-keys file), got ${v === null ? 'null' : typeof v}`);
+  if (!/^[\x21-\x7e]+$/.test(v)) {
+    throw new ShardexError('SHX_BAD_CONFIG', `apiKey must be non-empty printable ASCII without spaces or line breaks (got ${v.length} characters that are not); check how the key was copied`);
+  }
+  return v;
+}
+
 export function functionOption<F>(name: string, v: unknown): F | undefined {
   if (v === undefined) return undefined;
   if (typeof v !== 'function') throw new ShardexError('SHX_BAD_CONFIG', `${name} must be a function, got ${show(v)}`);

@@ -4,7 +4,7 @@
 import { pino, type Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import type { Coordinator } from '../coordination/index.js';
-import { ShardexError } from '../errors.js';
+import { ShardexError, isShardexError } from '../errors.js';
 import { clusterView } from '../coordination/index.js';
 import { ClusterSnapshot } from './cluster-state.js';
 import { httpCall } from './transport.js';
@@ -60,6 +60,8 @@ export class HttpStateSource implements ClusterStateSource {
         return ClusterSnapshot.fromView(body);
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
+        // A refused key is a definite answer: every node would give it, and no retry helps.
+        if (isShardexError(err) && (err.code === 'SHX_UNAUTHORIZED' || err.code === 'SHX_FORBIDDEN')) throw err;
         last = err;
       }
     }

@@ -22,6 +22,16 @@ export interface HttpAnswer<T> {
   readonly body: T;
 }
 
+/** `fetchFn` sending `Authorization: Bearer KEY` on every request (nodes with --api-keys require it). */
+export function withApiKey(fetchFn: FetchLike, key: string): FetchLike {
+  const authorization = `Bearer ${key}`;
+  return (url, init) => {
+    const headers = new Headers(init.headers);
+    headers.set('authorization', authorization);
+    return fetchFn(url, { ...init, headers });
+  };
+}
+
 /** The catalog code for an HTTP error status whose body named no known code. */
 function codeForStatus(status: number): ErrorCode {
   if (status === 404) return 'SHX_NOT_FOUND';

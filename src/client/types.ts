@@ -37,6 +37,8 @@ interface CommonClientOptions {
   readonly logger?: Logger;
   readonly fetch?: FetchLike;
   readonly scheduler?: Scheduler;
+  /** API key sent as `Authorization: Bearer KEY` to every node (needed when nodes run with --api-keys). */
+  readonly apiKey?: string;
   /** Scan-server selector profiles (Accumulo's JSON) for eventual reads; default: Accumulo's default. */
   readonly selectorProfiles?: unknown;
 }

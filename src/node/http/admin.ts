@@ -4,17 +4,18 @@ import { clusterView } from '../../coordination/index.js';
 
 export const adminRoutes: FastifyPluginAsync = async (app) => {
   // Readiness: 503 until the node has read the cluster state (load balancers wait for it).
-  app.get('/health', async (_req, reply) => {
+  app.get('/health', { config: { access: 'public' } }, async (_req, reply) => {
     if (!app.shardex.ready) return reply.status(503).send({ status: 'starting', node: app.shardex.name });
     return { status: 'ok', node: app.shardex.name };
   });
   // Liveness: the process answers (a starting node is alive).
-  app.get('/health/live', async () => ({ status: 'alive', node: app.shardex.name }));
-  app.get('/api/cluster', async () => {
+  app.get('/health/live', { config: { access: 'public' } }, async () => ({ status: 'alive', node: app.shardex.name }));
+  // Every client routes with the cluster view: any valid key may read it.
+  app.get('/api/cluster', { config: { access: 'any' } }, async () => {
     app.shardex.assertReady();
     return clusterView(app.shardex.coordinator);
   });
-  app.get('/api/readers', async () => {
+  app.get('/api/readers', { config: { access: 'any' } }, async () => {
     const readers = await Promise.all(
       app.shardex.readers().map(async (r) => {
         try {
@@ -27,7 +28,8 @@ export const adminRoutes: FastifyPluginAsync = async (app) => {
     );
     return { readers };
   });
-  app.get('/metrics', async (_req, reply) => {
+  // A scraper needs a key, not a role: give it one with the least (read).
+  app.get('/metrics', { config: { access: 'any' } }, async (_req, reply) => {
     void reply.header('content-type', app.shardex.metrics.contentType);
     return app.shardex.metricsText();
   });

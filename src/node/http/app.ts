@@ -7,20 +7,37 @@ import type { Logger } from 'pino';
 import { ShardexError } from '../../errors.js';
 import type { ShardexNode } from '../shardex-node.js';
 import { adminRoutes } from './admin.js';
+import { ApiKeyRing, authenticateRequests, type Access, type ApiKey } from './auth.js';
 import { collectionRoutes } from './collections.js';
 import { docRoutes } from './docs.js';
+import { checkJsonDepth, limitExceeded, limitRequestsPerConnection, resolveLimits, type HttpLimits } from './limits.js';
 import { readBalanceRoutes } from './read-balance.js';
 import { searchRoutes } from './search.js';
 
 export interface HttpOptions {
+  /** Largest request body in bytes (`--max-body-bytes`). */
   readonly bodyLimit: number;
   readonly logger: Logger;
+  /** The keys file's entries (`--api-keys`); absent: the API is open to whoever reaches it. */
+  readonly apiKeys?: readonly ApiKey[];
+  /** Limits other than the body size (limits.ts: flags and defaults). */
+  readonly limits?: Partial<HttpLimits>;
 }
 
 declare module 'fastify' {
   interface FastifyInstance {
     shardex: ShardexNode;
+    /** This node's request limits, every one resolved. */
+    limits: HttpLimits;
+    /** Every route and the access it needs (auth.ts), in registration order. */
+    routeAccess: readonly RouteAccess[];
   }
+}
+
+export interface RouteAccess {
+  readonly method: string;
+  readonly url: string;
+  readonly access: Access;
 }
 
 const SJSON = { protoAction: 'error', constructorAction: 'error' } as const;
@@ -31,9 +48,10 @@ const FORBIDDEN_KEY = 'Object contains forbidden prototype property';
  * Parses one JSON text. A "__proto__" or "constructor.prototype" key is refused (never
  * stripped or applied), and said so: the text is valid JSON, it is the key that is refused.
  */
-function parseJsonText(text: string, what: string, code: 'SHX_BAD_REQUEST' | 'SHX_BAD_DOCUMENT', details?: Record<string, unknown>): unknown {
+function parseJsonText(text: string, maxDepth: number, what: string, code: 'SHX_BAD_REQUEST' | 'SHX_BAD_DOCUMENT', details?: Record<string, unknown>): unknown {
+  let value: unknown;
   try {
-    return sjson.parse(text, undefined, SJSON);
+    value = sjson.parse(text, undefined, SJSON);
   } catch (err) {
     const message = (err as Error).message;
     if (message === FORBIDDEN_KEY) {
@@ -41,12 +59,14 @@ function parseJsonText(text: string, what: string, code: 'SHX_BAD_REQUEST' | 'SH
     }
     throw new ShardexError(code, `${what} is not valid JSON (${message}); nothing was written`, details && { details });
   }
+  checkJsonDepth(value, maxDepth, what, details);
+  return value;
 }
 
 /** Parses a JSON body (replaces fastify's parser, so that every message is ours). */
-export function parseJsonBody(text: string): unknown {
+export function parseJsonBody(text: string, maxDepth: number): unknown {
   if (text.trim().length === 0) throw new ShardexError('SHX_BAD_REQUEST', 'body is empty; send a JSON array of documents');
-  return parseJsonText(text, 'body', 'SHX_BAD_REQUEST');
+  return parseJsonText(text, maxDepth, 'body', 'SHX_BAD_REQUEST');
 }
 
 /** An NDJSON body: its documents, and the line each came from (so that refusals name the line). */
@@ -57,8 +77,8 @@ export class NdjsonBatch {
   ) {}
 }
 
-/** Parses NDJSON: one JSON value per non-empty line; names the bad line. */
-export function parseNdjson(text: string): NdjsonBatch {
+/** Parses NDJSON: one JSON value per non-empty line (each nesting at most maxDepth); names the bad line. */
+export function parseNdjson(text: string, maxDepth: number): NdjsonBatch {
   const out: unknown[] = [];
   const lines: number[] = [];
   let line = 0;
@@ -70,26 +90,30 @@ export function parseNdjson(text: string): NdjsonBatch {
     const raw = text.slice(start, end).trim();
     start = end + 1;
     if (raw.length === 0) continue;
-    out.push(parseJsonText(raw, `line ${line}`, 'SHX_BAD_DOCUMENT', { line }));
+    out.push(parseJsonText(raw, maxDepth, `line ${line}`, 'SHX_BAD_DOCUMENT', { line }));
     lines.push(line);
   }
   return new NdjsonBatch(out, lines);
 }
 
-const FASTIFY_ERRORS: Record<string, (e: FastifyError) => ShardexError> = {
+const FASTIFY_ERRORS: Record<string, (e: FastifyError, bodyLimit: number | undefined) => ShardexError> = {
   FST_ERR_CTP_INVALID_JSON_BODY: (e) => new ShardexError('SHX_BAD_REQUEST', `body is not valid JSON: ${e.message}`),
   FST_ERR_CTP_EMPTY_JSON_BODY: () => new ShardexError('SHX_BAD_REQUEST', 'body is empty; send a JSON array of documents'),
-  FST_ERR_CTP_BODY_TOO_LARGE: (e) => new ShardexError('SHX_BODY_TOO_LARGE', `${e.message}; split the batch into smaller requests`),
+  FST_ERR_CTP_BODY_TOO_LARGE: (e, bodyLimit) =>
+    bodyLimit === undefined
+      ? new ShardexError('SHX_BODY_TOO_LARGE', `${e.message}; split the batch into smaller requests`)
+      : limitExceeded('maxBodyBytes', bodyLimit, 'the request body is too large', 'split the batch into smaller requests', 'nothing was written'),
   FST_ERR_CTP_INVALID_MEDIA_TYPE: (e) =>
     new ShardexError('SHX_UNSUPPORTED_MEDIA', `${e.message}; send application/json or application/x-ndjson`),
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: (e) => new ShardexError('SHX_BAD_REQUEST', e.message),
 };
 
-export function toShardexHttpError(err: unknown): ShardexError {
+/** Any error as the catalog's; `bodyLimit` (when known) goes into the body-size message. */
+export function toShardexHttpError(err: unknown, bodyLimit?: number): ShardexError {
   if (err instanceof ShardexError) return err;
   const fe = err as FastifyError;
   const mapped = fe.code ? FASTIFY_ERRORS[fe.code] : undefined;
-  if (mapped) return mapped(fe);
+  if (mapped) return mapped(fe, bodyLimit);
   if (fe.validation) return new ShardexError('SHX_BAD_REQUEST', fe.message);
   if (err instanceof SyntaxError) return new ShardexError('SHX_BAD_REQUEST', `body is not valid JSON: ${err.message}`);
   if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) return new ShardexError('SHX_BAD_REQUEST', fe.message);
@@ -97,10 +121,11 @@ export function toShardexHttpError(err: unknown): ShardexError {
 }
 
 export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<FastifyInstance> {
+  const { maxBodyBytes: bodyLimit, ...limits } = resolveLimits({ ...opts.limits, maxBodyBytes: opts.bodyLimit });
   const app = Fastify({
     loggerInstance: opts.logger.child({ component: 'http' }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
-    bodyLimit: opts.bodyLimit,
+    bodyLimit,
     // Ids up to 512 UTF-8 bytes travel percent-encoded in paths (up to 12 characters per
     // code point): let every id reach the handler, which names what is wrong with it.
     routerOptions: { maxParamLength: 16 * 1024 },
@@ -112,42 +137,61 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
       const e =
         err.code === 'FST_ERR_BAD_URL'
           ? new ShardexError('SHX_BAD_REQUEST', `${err.message}: the path must be percent-encoded UTF-8 (an id with a lone surrogate has no UTF-8 form)`)
-          : toShardexHttpError(err);
+          : toShardexHttpError(err, bodyLimit);
       void (reply as FastifyReply).status(e.status).send(e.toJSON());
     },
   });
   app.decorate('shardex', node);
+  app.decorate('limits', limits);
   // Only JSON and NDJSON bodies: anything else (text/plain included) is 415, not a string.
   app.removeContentTypeParser(['application/json', 'text/plain']);
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
     try {
-      done(null, parseJsonBody(body as string));
+      done(null, parseJsonBody(body as string, limits.maxJsonDepth));
     } catch (err) {
       done(err as Error, undefined);
     }
   });
   app.addContentTypeParser(['application/x-ndjson', 'application/ndjson'], { parseAs: 'string' }, (_req, body, done) => {
     try {
-      done(null, parseNdjson(body as string));
+      done(null, parseNdjson(body as string, limits.maxJsonDepth));
     } catch (err) {
       done(err as Error, undefined);
     }
   });
   app.setErrorHandler((err, req, reply) => {
-    const e = toShardexHttpError(err);
+    const e = toShardexHttpError(err, bodyLimit);
     // A retryable 503 (starting, no leader yet) is a condition that passes, not a fault.
     if (e.status >= 500 && !e.retryable) req.log.error({ err, code: e.code }, 'request failed');
     else if (e.status >= 500) req.log.debug({ code: e.code, msg: e.message }, 'request refused for now');
-    if (e.retryable && e.status === 503) void reply.header('retry-after', '1');
+    if (e.retryable && (e.status === 503 || e.code === 'SHX_TOO_MANY_REQUESTS')) void reply.header('retry-after', '1');
     void reply.status(e.status).send(e.toJSON());
   });
   app.setNotFoundHandler((req, reply) => {
     void reply.status(404).send({ error: `no route ${req.method} ${req.url}; see the README for the API`, code: 'SHX_NOT_FOUND' });
   });
+  // In this order: a connection over its limit costs nothing more; a caller without a key
+  // learns nothing, not even that the node is starting.
+  app.addHook('onRequest', limitRequestsPerConnection(limits.maxRequestsPerConnection));
+  if (opts.apiKeys !== undefined) {
+    const ring = new ApiKeyRing(opts.apiKeys);
+    app.addHook('onRequest', authenticateRequests(ring));
+    app.log.info({ keys: ring.size }, 'API keys required');
+  } else {
+    app.log.info('no API keys configured: the HTTP API is open to anyone who can reach it');
+  }
   // A node that has not read the cluster state yet would answer as if it were empty (a false
   // "collection does not exist"): until then, everything but health and metrics is SHX_STARTING.
   app.addHook('onRequest', async (req) => {
     if (!node.ready && !req.url.startsWith('/health') && !req.url.startsWith('/metrics')) node.assertReady();
+  });
+  // Every route says who may call it: one that does not is a mistake, refused as it is added.
+  const routeAccess: RouteAccess[] = [];
+  app.decorate('routeAccess', routeAccess);
+  app.addHook('onRoute', (route) => {
+    const access = route.config?.access;
+    if (access === undefined) throw new Error(`route ${String(route.method)} ${route.url} declares no config.access (see src/node/http/auth.ts)`);
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routeAccess.push({ method, url: route.url, access });
   });
   await app.register(adminRoutes);
   await app.register(collectionRoutes);

@@ -58,7 +58,7 @@ export function checkCollectionName(name: string): string {
 }
 
 export const collectionRoutes: FastifyPluginAsync = async (app) => {
-  app.post('/api/collections', async (req, reply) => {
+  app.post('/api/collections', { config: { access: 'admin' } }, async (req, reply) => {
     const parsed = CreateCollection.safeParse(req.body);
     if (!parsed.success) throw new ShardexError('SHX_BAD_REQUEST', zodMessage(parsed.error, 'bad collection definition'));
     const b = parsed.data;
@@ -80,10 +80,10 @@ export const collectionRoutes: FastifyPluginAsync = async (app) => {
     return reply.status(201).send(describeCollection(state));
   });
 
-  app.get<{ Params: { c: string } }>('/api/collections/:c', async (req) => describeCollection(app.shardex.collectionState(checkCollectionName(req.params.c))));
+  app.get<{ Params: { c: string } }>('/api/collections/:c', { config: { access: 'read' } }, async (req) => describeCollection(app.shardex.collectionState(checkCollectionName(req.params.c))));
 
   // Settings that may change on a live collection (Elasticsearch's dynamic index settings).
-  app.patch<{ Params: { c: string } }>('/api/collections/:c', async (req) => {
+  app.patch<{ Params: { c: string } }>('/api/collections/:c', { config: { access: 'admin' } }, async (req) => {
     const c = checkCollectionName(req.params.c);
     app.shardex.collectionState(c);
     const parsed = UpdateCollection.safeParse(req.body);
@@ -98,7 +98,7 @@ export const collectionRoutes: FastifyPluginAsync = async (app) => {
     return describeCollection(state);
   });
 
-  app.delete<{ Params: { c: string } }>('/api/collections/:c', async (req) => {
+  app.delete<{ Params: { c: string } }>('/api/collections/:c', { config: { access: 'admin' } }, async (req) => {
     await app.shardex.deleteCollection(checkCollectionName(req.params.c));
     return { deleted: req.params.c };
   });

@@ -7,6 +7,7 @@ import { parseMinVersion } from '../../read/eventual.js';
 import { MAX_READ_TIMEOUT_MS, type BalancedRead, type ReadOptions } from '../shardex-node.js';
 import { NdjsonBatch } from './app.js';
 import { checkCollectionName } from './collections.js';
+import { checkBatchLimits, checkQueryLimits } from './limits.js';
 import { responseEnd } from './read-balance.js';
 
 function parseMinRf(v: unknown): number {
@@ -24,10 +25,16 @@ function parseBool(name: string, v: unknown): boolean | undefined {
 }
 
 export interface ReadQuery extends BalanceQuery {
-  distrib?: string;
-  consistency?: string;
-  scanType?: string;
-  minVersion?: string;
+  distrib?: string | string[];
+  consistency?: string | string[];
+  scanType?: string | string[];
+  minVersion?: string | string[];
+}
+
+/** A query parameter that may be given once: `a=1&a=2` arrives as a list, and is refused. */
+function once(name: string, v: string | string[] | undefined): string | undefined {
+  if (Array.isArray(v)) throw new ShardexError('SHX_BAD_REQUEST', `${name} is given ${v.length} times; give it once`);
+  return v;
 }
 
 export interface BalanceQuery {
@@ -52,22 +59,25 @@ export function parseBalanceOptions(q: BalanceQuery): BalancedRead {
 
 /** The read options of a get or search: distrib, consistency, scanType, minVersion, priority, timeoutMs. */
 export function parseReadOptions(q: ReadQuery): ReadOptions & { distrib?: boolean } {
-  const distrib = parseBool('distrib', q.distrib);
-  if (q.consistency !== undefined && q.consistency !== 'immediate' && q.consistency !== 'eventual') {
-    throw new ShardexError('SHX_BAD_REQUEST', `consistency must be immediate or eventual, got ${JSON.stringify(q.consistency)}`);
+  const distrib = parseBool('distrib', once('distrib', q.distrib));
+  const consistency = once('consistency', q.consistency);
+  if (consistency !== undefined && consistency !== 'immediate' && consistency !== 'eventual') {
+    throw new ShardexError('SHX_BAD_REQUEST', `consistency must be immediate or eventual, got ${JSON.stringify(consistency)}`);
   }
-  if (q.minVersion !== undefined) parseMinVersion(q.minVersion);
+  const scanType = once('scanType', q.scanType);
+  const minVersion = once('minVersion', q.minVersion);
+  if (minVersion !== undefined) parseMinVersion(minVersion);
   return {
     ...(distrib !== undefined && { distrib }),
-    ...(q.consistency !== undefined && { consistency: q.consistency }),
-    ...(q.scanType !== undefined && { scanType: q.scanType }),
-    ...(q.minVersion !== undefined && { minVersion: q.minVersion }),
+    ...(consistency !== undefined && { consistency }),
+    ...(scanType !== undefined && { scanType }),
+    ...(minVersion !== undefined && { minVersion }),
     ...parseBalanceOptions(q),
   };
 }
 
 export const docRoutes: FastifyPluginAsync = async (app) => {
-  app.post<{ Params: { c: string }; Querystring: { minRf?: string } }>('/api/collections/:c/docs', async (req) => {
+  app.post<{ Params: { c: string }; Querystring: { minRf?: string } }>('/api/collections/:c/docs', { config: { access: 'write' } }, async (req) => {
     const c = checkCollectionName(req.params.c);
     app.shardex.collectionState(c);
     const minRf = parseMinRf(req.query.minRf);
@@ -75,7 +85,8 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     const ndjson = body instanceof NdjsonBatch ? body : undefined;
     const docs = ndjson ? ndjson.docs : Array.isArray(body) ? body : body !== null && typeof body === 'object' ? [body] : undefined;
     if (!docs) throw new ShardexError('SHX_BAD_REQUEST', 'body must be a JSON array of documents, one document object, or NDJSON');
-    // Admission: every document, whole, before any phase starts.
+    // Sizes, then admission: every document, whole, before any phase starts.
+    checkBatchLimits(docs, app.limits, ndjson?.lines);
     const ops = toAddOps(docs, app.shardex.schemaOf(c), ndjson?.lines);
     const res = await app.shardex.update(c, ops, minRf);
     return {
@@ -86,7 +97,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     };
   });
 
-  app.delete<{ Params: { c: string; id: string }; Querystring: { minRf?: string } }>('/api/collections/:c/docs/:id', async (req) => {
+  app.delete<{ Params: { c: string; id: string }; Querystring: { minRf?: string } }>('/api/collections/:c/docs/:id', { config: { access: 'write' } }, async (req) => {
     const c = checkCollectionName(req.params.c);
     app.shardex.collectionState(c);
     const id = checkId(req.params.id);
@@ -95,7 +106,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     return { id, version: res.versions[id], rf: res.rf, ...(!res.minRfMet && { minRfMet: false }) };
   });
 
-  app.get<{ Params: { c: string; id: string }; Querystring: ReadQuery }>('/api/collections/:c/docs/:id', async (req, reply) => {
+  app.get<{ Params: { c: string; id: string }; Querystring: ReadQuery }>('/api/collections/:c/docs/:id', { config: { access: 'read' } }, async (req, reply) => {
     const c = checkCollectionName(req.params.c);
     const got = await app.shardex.get(c, req.params.id, { ...parseReadOptions(req.query), endSignal: responseEnd(reply) });
     if (got?.servedBy) void reply.header('x-shardex-served-by', JSON.stringify(got.servedBy));
@@ -104,18 +115,25 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     return { ...got.entry.doc, _version_: got.entry.version, _shard_: got.shard };
   });
 
-  app.get<{ Params: { c: string }; Querystring: { shard?: string; after?: string; limit?: string; distrib?: string; q?: string; filter?: string | string[]; fields?: string } & BalanceQuery }>(
+  type ExportQuery = { [K in 'shard' | 'after' | 'limit' | 'distrib' | 'q' | 'filter' | 'fields']?: string | string[] } & BalanceQuery;
+  app.get<{ Params: { c: string }; Querystring: ExportQuery }>(
     '/api/collections/:c/export',
+    { config: { access: 'read' } },
     async (req, reply) => {
       const c = checkCollectionName(req.params.c);
-      const { shard, after } = req.query;
+      const shard = once('shard', req.query.shard);
+      const after = once('after', req.query.after);
       if (!shard) throw new ShardexError('SHX_BAD_REQUEST', 'export needs ?shard=<shard name>; GET /api/cluster lists the shards');
-      const limit = req.query.limit === undefined ? 1000 : Number(req.query.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new ShardexError('SHX_BAD_REQUEST', `limit must be an integer from 1 to 10000, got ${JSON.stringify(req.query.limit)}`);
-      const distrib = parseBool('distrib', req.query.distrib);
+      const limitText = once('limit', req.query.limit);
+      const limit = limitText === undefined ? 1000 : Number(limitText);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new ShardexError('SHX_BAD_REQUEST', `limit must be an integer from 1 to 10000, got ${JSON.stringify(limitText)}`);
+      const distrib = parseBool('distrib', once('distrib', req.query.distrib));
       const balance = parseBalanceOptions(req.query);
-      const { q, fields } = req.query;
+      const q = once('q', req.query.q);
+      const fields = once('fields', req.query.fields);
       const filters = req.query.filter === undefined ? undefined : Array.isArray(req.query.filter) ? req.query.filter : [req.query.filter];
+      app.shardex.collectionState(c);
+      checkQueryLimits({ q, filters }, app.shardex.schemaOf(c), app.limits);
       return app.shardex.exportShard(
         { collection: c, shard, limit, ...(after !== undefined && { after }), ...(q !== undefined && { q }), ...(filters && { filters }), ...(fields !== undefined && { fields }) },
         { ...(distrib !== undefined && { distrib }), ...balance, endSignal: responseEnd(reply) },
@@ -123,7 +141,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     },
   );
 
-  app.post<{ Params: { c: string } }>('/api/collections/:c/commit', async (req) => {
+  app.post<{ Params: { c: string } }>('/api/collections/:c/commit', { config: { access: 'write' } }, async (req) => {
     const c = checkCollectionName(req.params.c);
     return { commit: await app.shardex.commit(c) };
   });

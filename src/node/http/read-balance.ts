@@ -33,14 +33,14 @@ function checkName(what: 'priority' | 'target', value: string): string {
 
 export const readBalanceRoutes: FastifyPluginAsync = async (app) => {
   // Same (priority, target) updates, else adds.
-  app.put<{ Params: { priority: string; target: string } }>('/api/read-balance/:priority/:target', async (req) => {
+  app.put<{ Params: { priority: string; target: string } }>('/api/read-balance/:priority/:target', { config: { access: 'admin' } }, async (req) => {
     const setting = parseSetting(req.params.priority, req.params.target, req.body);
     await app.shardex.putReadBalance(setting);
     return { setting };
   });
 
   // An unknown priority or target matches nothing: an empty list, not an error.
-  app.get('/api/read-balance', async (req) => {
+  app.get('/api/read-balance', { config: { access: 'admin' } }, async (req) => {
     const filter = parseFilter(req.query);
     return { settings: filterSettings(await app.shardex.readBalanceSettings(), filter) };
   });
@@ -55,10 +55,10 @@ export const readBalanceRoutes: FastifyPluginAsync = async (app) => {
     }
     return { removed };
   };
-  app.delete<{ Params: { priority: string; target: string } }>('/api/read-balance/:priority/:target', async (req) => erase(req.params.priority, req.params.target));
-  app.delete<{ Params: { priority: string } }>('/api/read-balance/:priority', async (req) => erase(req.params.priority));
+  app.delete<{ Params: { priority: string; target: string } }>('/api/read-balance/:priority/:target', { config: { access: 'admin' } }, async (req) => erase(req.params.priority, req.params.target));
+  app.delete<{ Params: { priority: string } }>('/api/read-balance/:priority', { config: { access: 'admin' } }, async (req) => erase(req.params.priority));
 
-  app.get('/api/read-slots', async () => ({ node: app.shardex.name, slots: app.shardex.readSlots() }));
+  app.get('/api/read-slots', { config: { access: 'admin' } }, async () => ({ node: app.shardex.name, slots: app.shardex.readSlots() }));
   // Zeroes the counters; running reads keep running, and what they give back later frees nothing.
-  app.post('/api/read-slots/reset', async () => ({ node: app.shardex.name, reset: true, slots: app.shardex.resetReadSlots() }));
+  app.post('/api/read-slots/reset', { config: { access: 'admin' } }, async () => ({ node: app.shardex.name, reset: true, slots: app.shardex.resetReadSlots() }));
 };

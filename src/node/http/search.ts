@@ -1,11 +1,12 @@
 // /api/collections/:c/search: the distributed query, by GET (query string) or POST (JSON).
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply } from 'fastify';
 import { z } from 'zod';
 import type { SearchParams } from '../../distrib/search.js';
 import { ShardexError } from '../../errors.js';
 import type { ReadOptions } from '../shardex-node.js';
 import { checkCollectionName, zodMessage } from './collections.js';
 import { parseReadOptions } from './docs.js';
+import { checkQueryLimits, checkResultWindow } from './limits.js';
 import { responseEnd } from './read-balance.js';
 
 const intText = (name: string) =>
@@ -64,14 +65,13 @@ export function parseSearchParams(input: unknown): SearchParams & { read: ReadOp
 }
 
 export const searchRoutes: FastifyPluginAsync = async (app) => {
-  app.get<{ Params: { c: string } }>('/api/collections/:c/search', async (req, reply) => {
-    const c = checkCollectionName(req.params.c);
-    const { read, ...params } = parseSearchParams(req.query);
+  const search = (c: string, input: unknown, reply: FastifyReply) => {
+    const { read, ...params } = parseSearchParams(input);
+    checkResultWindow(params.offset, params.limit, app.limits);
+    app.shardex.collectionState(c);
+    checkQueryLimits(params, app.shardex.schemaOf(c), app.limits);
     return app.shardex.search(c, params, { ...read, endSignal: responseEnd(reply) });
-  });
-  app.post<{ Params: { c: string } }>('/api/collections/:c/search', async (req, reply) => {
-    const c = checkCollectionName(req.params.c);
-    const { read, ...params } = parseSearchParams(req.body);
-    return app.shardex.search(c, params, { ...read, endSignal: responseEnd(reply) });
-  });
+  };
+  app.get<{ Params: { c: string } }>('/api/collections/:c/search', { config: { access: 'read' } }, async (req, reply) => search(checkCollectionName(req.params.c), req.query, reply));
+  app.post<{ Params: { c: string } }>('/api/collections/:c/search', { config: { access: 'read' } }, async (req, reply) => search(checkCollectionName(req.params.c), req.body, reply));
 };
