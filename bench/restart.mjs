@@ -53,7 +53,17 @@ async function restartAll(cluster, expected) {
     if (res.status !== 200) return undefined;
     return JSON.parse(res.body).total === expected ? true : undefined;
   });
-  return performance.now() - t0;
+  const ms = performance.now() - t0;
+  // Where the time went, per replica: the open (index load or rebuild) and the recovery.
+  for (const [i, n] of cluster.nodes.entries()) {
+    for (const line of n.output()) {
+      if (!/"msg":"(replica opened|replica recovered|replica index loaded|replica index rebuilt)"/.test(line)) continue;
+      const e = JSON.parse(line);
+      const at = ((e.time - (Date.now() - (performance.now() - t0))) / 1000).toFixed(1);
+      log(`    ${n.name ?? names[i]} +${at} s ${e.msg} ${e.replica ?? ''} ${['docs', 'indexMs', 'loadMs', 'replayed', 'method', 'applied', 'reverted'].filter((k) => e[k] !== undefined).map((k) => `${k}=${e[k]}`).join(' ')}`);
+    }
+  }
+  return ms;
 }
 
 export async function run(rest) {

@@ -7,27 +7,28 @@ import type { Reconcile, ReplicaStore, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { INITIAL, step, type Health, type Role, type ShardEffect, type ShardEvent, type ShardState } from './shard-state.js';
 
-/** What the replica tells its search index after each applied batch. */
+/** What the replica tells its search index after each batch on disk (ReplicaStore's sink). */
 export interface ReplicaIndex {
   apply(ops: readonly UpdateOp[]): void;
-  clear(): void;
+  /** Empties the index (before the replica's data is replaced by a full copy). */
+  clear(): Promise<void> | void;
 }
 
-/** Keeps a replica's search index in step with its applied updates. */
+/** Keeps a replica's search index in step with its applied updates (in memory only; see PersistedIndex). */
 export class SearchIndexBinding implements ReplicaIndex {
   index: ShardIndex;
-  private readonly schema: CollectionSchema;
+  protected readonly schema: CollectionSchema;
 
-  constructor(schema: CollectionSchema) {
+  constructor(schema: CollectionSchema, index?: ShardIndex) {
     this.schema = schema;
-    this.index = new ShardIndex(schema);
+    this.index = index ?? new ShardIndex(schema);
   }
 
   apply(ops: readonly UpdateOp[]): void {
     this.index.apply(ops as readonly { id: string; doc: StoredDoc | null }[]);
   }
 
-  clear(): void {
+  clear(): Promise<void> | void {
     this.index = new ShardIndex(this.schema);
   }
 }
@@ -52,6 +53,8 @@ export class ShardReplica {
     this.store = store;
     this.log = log;
     this.s = step(INITIAL, { type: 'opened', fence: store.fence, maxVersion: store.maxVersion }).state;
+    // The store tells the index what each batch applied once it is on disk, in the store's order.
+    store.setSink((ops) => this.indexApplied(ops));
   }
 
   get key(): string {
@@ -91,13 +94,10 @@ export class ShardReplica {
     return effects;
   }
 
-  /** Applies ops newer than what is stored, durably, then to the index. Returns those applied. */
+  /** Applies ops newer than what is stored, durably (and so to the index). Returns those applied. */
   async apply(ops: readonly UpdateOp[], opts: { readonly fence?: number } = {}): Promise<UpdateOp[]> {
     const applied = await this.store.apply(ops, opts);
-    if (applied.length > 0) {
-      this.step({ type: 'stored', maxVersion: this.store.maxVersion });
-      this.indexApplied(applied);
-    }
+    if (applied.length > 0) this.step({ type: 'stored', maxVersion: this.store.maxVersion });
     return applied;
   }
 
@@ -112,16 +112,15 @@ export class ShardReplica {
 
   /** Makes the given ids hold exactly the leader's entries (see ReplicaStore.reconcile); returns how many changed. */
   async reconcile(items: readonly Reconcile[], sinceSync: (version: number) => boolean): Promise<number> {
-    const changed = await this.store.reconcile(items, sinceSync);
-    if (changed.length > 0) {
-      this.indexApplied(changed.map((c) => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null })));
-    }
-    return changed.length;
+    return (await this.store.reconcile(items, sinceSync)).length;
   }
 
-  /** Drops everything (before a full copy from the leader); the fence stays. */
+  /**
+   * Drops everything (before a full copy from the leader); the fence stays. The index goes first:
+   * a persisted index of the old data must never outlive it.
+   */
   async reset(): Promise<void> {
+    await this.index?.clear();
     await this.store.clear();
-    this.index?.clear();
   }
 }

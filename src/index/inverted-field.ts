@@ -425,6 +425,74 @@ export class InvertedField implements TokenSink {
     }
   }
 
+  // ---- persistence (segment-file.ts) ----
+
+  /** Everything a restore needs, as compact typed arrays (after flush(); postings of deleted documents included). */
+  exportState(maxDoc: number): InvertedState {
+    this.flush();
+    const n = this.termCount;
+    const postingStarts = new Int32Array(n + 1);
+    const positionStarts = new Int32Array(n + 1);
+    for (let t = 0; t < n; t++) {
+      postingStarts[t + 1] = postingStarts[t] + this.postingsLength[t];
+      positionStarts[t + 1] = positionStarts[t] + (this.withPositions ? this.positionsLength[t] : 0);
+    }
+    const postings = new Int32Array(postingStarts[n]);
+    const positions = new Int32Array(positionStarts[n]);
+    for (let t = 0; t < n; t++) {
+      postings.set(this.postings[t].subarray(0, this.postingsLength[t]), postingStarts[t]);
+      if (this.withPositions) positions.set(this.positions[t].subarray(0, this.positionsLength[t]), positionStarts[t]);
+    }
+    return {
+      terms: this.terms.slice(0, n),
+      docFreq: this.docFreq.slice(0, n),
+      deadCount: this.deadCount.slice(0, n),
+      postingStarts,
+      postings,
+      positionStarts,
+      positions,
+      lengths: fit(this.lengths, maxDoc, 0),
+      minValue: this.withPositions ? null : fit(this.minValue, maxDoc, -1),
+      maxValue: this.withPositions ? null : fit(this.maxValue, maxDoc, -1),
+      docCount: this.docCount,
+      sumLength: this.sumLength,
+    };
+  }
+
+  /** A field holding `state` (its arrays are used as they are, not copied: views into a segment file's buffer). */
+  static restore(key: string, slot: number, withPositions: boolean, state: InvertedState): InvertedField {
+    const f = new InvertedField(key, slot, withPositions);
+    const n = state.terms.length;
+    for (let t = 0; t < n; t++) {
+      const term = state.terms[t]!;
+      f.dict.add(term, hashRange(term, 0, term.length), exactKey(term, 0, term.length));
+    }
+    f.termCount = n;
+    const cap = Math.max(16, n);
+    f.docFreq = grow(state.docFreq, cap);
+    f.deadCount = grow(state.deadCount, cap);
+    f.postingsLength = new Int32Array(cap);
+    f.positionsLength = new Int32Array(cap);
+    f.stamp = new Int32Array(cap);
+    f.localSlot = new Int32Array(cap);
+    f.termPending = new Int32Array(cap);
+    f.termPendingPos = new Int32Array(cap);
+    for (let t = 0; t < n; t++) {
+      f.postings.push(state.postings.subarray(state.postingStarts[t], state.postingStarts[t + 1]));
+      f.postingsLength[t] = state.postingStarts[t + 1] - state.postingStarts[t];
+      f.positions.push(withPositions ? state.positions.subarray(state.positionStarts[t], state.positionStarts[t + 1]) : EMPTY);
+      f.positionsLength[t] = withPositions ? state.positionStarts[t + 1] - state.positionStarts[t] : 0;
+    }
+    f.lengths = state.lengths;
+    if (!withPositions) {
+      f.minValue = state.minValue ?? new Int32Array(0);
+      f.maxValue = state.maxValue ?? new Int32Array(0);
+    }
+    f.docCount = state.docCount;
+    f.sumLength = state.sumLength;
+    return f;
+  }
+
   // ---- read path ----
 
   /** Term ids ordered by term (UTF-16 code units), for prefix and keyword range queries. */
@@ -520,6 +588,31 @@ export class InvertedField implements TokenSink {
       this.maxValue.fill(-1, old);
     }
   }
+}
+
+/** The persisted state of an InvertedField (per-term arrays by term id; per-document arrays of maxDoc entries). */
+export interface InvertedState {
+  readonly terms: readonly string[];
+  readonly docFreq: Int32Array<ArrayBuffer>;
+  readonly deadCount: Int32Array<ArrayBuffer>;
+  /** Term t's postings are postings[postingStarts[t], postingStarts[t + 1]). */
+  readonly postingStarts: Int32Array<ArrayBuffer>;
+  readonly postings: Int32Array<ArrayBuffer>;
+  readonly positionStarts: Int32Array<ArrayBuffer>;
+  readonly positions: Int32Array<ArrayBuffer>;
+  readonly lengths: Int32Array<ArrayBuffer>;
+  readonly minValue: Int32Array<ArrayBuffer> | null;
+  readonly maxValue: Int32Array<ArrayBuffer> | null;
+  readonly docCount: number;
+  readonly sumLength: number;
+}
+
+/** `a` as exactly `n` entries: cut, or extended with `fill`. */
+export function fit(a: Int32Array, n: number, fill: number): Int32Array<ArrayBuffer> {
+  if (a.length >= n) return a.slice(0, n);
+  const b = new Int32Array(n).fill(fill, a.length);
+  b.set(a);
+  return b;
 }
 
 /** A copy of `a` with room for `capacity` entries (never fewer than `a` holds). */

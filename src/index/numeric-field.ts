@@ -53,6 +53,34 @@ export class NumericField {
     return this.values[doc];
   }
 
+  /** Everything a restore needs: the column (maxDoc entries) and the multi-valued documents' values. */
+  exportState(maxDoc: number): NumericState {
+    const values = new Float64Array(maxDoc).fill(NaN);
+    values.set(this.values.subarray(0, Math.min(maxDoc, this.values.length)));
+    const entries = this.multi === null ? [] : [...this.multi].sort((a, b) => a[0] - b[0]);
+    const multiDocs = new Int32Array(entries.length);
+    const multiStarts = new Int32Array(entries.length + 1);
+    entries.forEach(([d, all], i) => {
+      multiDocs[i] = d;
+      multiStarts[i + 1] = multiStarts[i] + all.length;
+    });
+    const multiValues = new Float64Array(multiStarts[entries.length]);
+    entries.forEach(([, all], i) => multiValues.set(all, multiStarts[i]));
+    return { values, multiDocs, multiStarts, multiValues, docCount: this.docCount };
+  }
+
+  /** A field holding `state` (its column is used as it is: a view into a segment file's buffer). */
+  static restore(key: string, slot: number, state: NumericState): NumericField {
+    const f = new NumericField(key, slot);
+    f.values = state.values;
+    f.docCount = state.docCount;
+    if (state.multiDocs.length > 0) {
+      f.multi = new Map();
+      for (let i = 0; i < state.multiDocs.length; i++) f.multi.set(state.multiDocs[i], state.multiValues.subarray(state.multiStarts[i], state.multiStarts[i + 1]));
+    }
+    return f;
+  }
+
   /** Moves values to new document numbers (`newDoc[old]`, increasing; -1 = deleted), in place. */
   renumber(newDoc: Int32Array, newMaxDoc: number): void {
     const values = this.values;
@@ -65,4 +93,14 @@ export class NumericField {
       this.multi = multi.size > 0 ? multi : null;
     }
   }
+}
+
+/** The persisted state of a NumericField. */
+export interface NumericState {
+  readonly values: Float64Array<ArrayBuffer>;
+  /** Documents with several values, increasing; document multiDocs[i] holds multiValues[multiStarts[i], multiStarts[i + 1]). */
+  readonly multiDocs: Int32Array<ArrayBuffer>;
+  readonly multiStarts: Int32Array<ArrayBuffer>;
+  readonly multiValues: Float64Array<ArrayBuffer>;
+  readonly docCount: number;
 }

@@ -13,8 +13,8 @@ import { Analyzer } from './analyzer.js';
 import { checkDocument, parseFieldList, projectFields, type StoredDoc } from './document.js';
 import { QueryExecutor, type IndexView } from './execute.js';
 import { AccumulatorPool, restrict, type Matches } from './matches.js';
-import { grow, InvertedField, type ForwardSink } from './inverted-field.js';
-import { NumericField } from './numeric-field.js';
+import { grow, InvertedField, type ForwardSink, type InvertedState } from './inverted-field.js';
+import { NumericField, type NumericState } from './numeric-field.js';
 import { MATCH_ALL, type Query } from './query.js';
 import { parseQuery } from './query-parser.js';
 import { KEYWORD_SUFFIX, RESERVED_DOC_KEYS, type CollectionSchema } from './schema.js';
@@ -453,6 +453,106 @@ export class ShardIndex implements IndexView, ForwardSink {
     return plan;
   }
 
+  // ---- persistence (segment-file.ts) ----
+
+  /**
+   * The whole index as typed arrays and strings, deleted documents and their postings included,
+   * so that restore() gives back this very index. Synchronous: it is the index at one instant.
+   */
+  exportState(): ShardIndexState {
+    this.flush();
+    const maxDoc = this.maxDoc;
+    const forwardStarts = new Int32Array(maxDoc + 1);
+    for (let d = 0; d < maxDoc; d++) forwardStarts[d + 1] = forwardStarts[d] + (this.forward[d]?.length ?? 0);
+    const forward = new Int32Array(forwardStarts[maxDoc]);
+    for (let d = 0; d < maxDoc; d++) {
+      const f = this.forward[d];
+      if (f !== undefined) forward.set(f, forwardStarts[d]);
+    }
+    const slotOf = (f: InvertedField | NumericField | null): number => (f === null ? -1 : f.slot);
+    const dynamic: DynamicPlanState[] = [];
+    for (const plan of this.plans.values()) {
+      if (plan.kind === 'dynamic') dynamic.push({ name: plan.name, text: slotOf(plan.text), keyword: slotOf(plan.keyword), number: slotOf(plan.number) });
+    }
+    return {
+      maxDoc,
+      liveCount: this.liveCount,
+      deadDocs: this.deadDocs,
+      ids: Array.from({ length: maxDoc }, (_, d) => this.ids[d] ?? ''),
+      live: this.live.slice(0, maxDoc),
+      forwardStarts,
+      forward,
+      slots: this.slots.map((f): SlotState =>
+        f.kind === 'inverted' ? { kind: 'inverted', key: f.key, withPositions: f.withPositions, state: f.exportState(maxDoc) } : { kind: 'number', key: f.key, state: f.exportState(maxDoc) },
+      ),
+      dynamic,
+    };
+  }
+
+  /**
+   * The index `state` describes, for `schema`. Throws SHX_BAD_CONFIG when the state was written for
+   * other declared fields (the caller rebuilds from the documents then).
+   */
+  static restore(schema: CollectionSchema, state: ShardIndexState, options: ShardIndexOptions = {}): ShardIndex {
+    const index = new ShardIndex(schema, options);
+    index.load(state);
+    return index;
+  }
+
+  private load(state: ShardIndexState): void {
+    const declared = this.slots.length;
+    if (state.slots.length < declared) throw stateMismatch('it has fewer fields than the schema declares');
+    this.slots.length = 0;
+    this.invertedByKey.clear();
+    this.numericByKey.clear();
+    state.slots.forEach((s, slot) => {
+      const f = s.kind === 'inverted' ? InvertedField.restore(s.key, slot, s.withPositions, s.state) : NumericField.restore(s.key, slot, s.state);
+      this.slots.push(f);
+      if (f.kind === 'inverted') this.invertedByKey.set(f.key, f);
+      else this.numericByKey.set(f.key, f);
+    });
+    for (const def of this.schema.fields.values()) {
+      const inverted = def.type === 'text' || def.type === 'keyword';
+      const f = inverted ? this.invertedByKey.get(def.name) : this.numericByKey.get(def.name);
+      if (f === undefined || f.slot >= declared || (f.kind === 'inverted' && f.withPositions !== (def.type === 'text'))) {
+        throw stateMismatch(`its field '${def.name}' is not the schema's ${def.type} field`);
+      }
+      this.plans.set(def.name, f.kind === 'inverted' ? { kind: def.type as 'text' | 'keyword', field: f } : { kind: def.type as 'number' | 'date', field: f });
+    }
+    const bySlot = (slot: number, kind: 'inverted' | 'number'): InvertedField | NumericField | null => {
+      if (slot < 0) return null;
+      const f = this.slots[slot];
+      if (f === undefined || f.kind !== kind) throw stateMismatch(`a dynamic field refers to slot ${slot}, which is not a ${kind} field`);
+      return f;
+    };
+    for (const p of state.dynamic) {
+      this.plans.set(p.name, {
+        kind: 'dynamic',
+        name: p.name,
+        text: bySlot(p.text, 'inverted') as InvertedField | null,
+        keyword: bySlot(p.keyword, 'inverted') as InvertedField | null,
+        number: bySlot(p.number, 'number') as NumericField | null,
+      });
+    }
+    this.defaultFields = null;
+    const maxDoc = state.maxDoc;
+    this.maxDoc = maxDoc;
+    this.live = new Uint8Array(Math.max(1024, maxDoc));
+    this.live.set(state.live.subarray(0, maxDoc));
+    this.ids = new Array<string | undefined>(maxDoc);
+    this.forward = new Array<Int32Array | undefined>(maxDoc);
+    for (let d = 0; d < maxDoc; d++) {
+      if (this.live[d] !== 1) continue;
+      const id = state.ids[d]!;
+      this.ids[d] = id;
+      this.idToDoc.set(id, d);
+      this.forward[d] = state.forward.subarray(state.forwardStarts[d], state.forwardStarts[d + 1]);
+    }
+    this.liveCount = state.liveCount;
+    this.deadDocs = state.deadDocs;
+    if (this.idToDoc.size !== this.liveCount) throw stateMismatch(`it lists ${this.idToDoc.size} live documents and counts ${this.liveCount}`);
+  }
+
   // ---- IndexView ----
 
   inverted(key: string): InvertedField | undefined {
@@ -666,6 +766,38 @@ export class ShardIndex implements IndexView, ForwardSink {
       }
     }
   }
+}
+
+/** A persisted field: an inverted field (text, keyword) or a numeric column, by slot. */
+export type SlotState =
+  | { readonly kind: 'inverted'; readonly key: string; readonly withPositions: boolean; readonly state: InvertedState }
+  | { readonly kind: 'number'; readonly key: string; readonly state: NumericState };
+
+/** An undeclared field and the slots of its text, keyword and number views (-1 = none yet). */
+export interface DynamicPlanState {
+  readonly name: string;
+  readonly text: number;
+  readonly keyword: number;
+  readonly number: number;
+}
+
+/** What ShardIndex.exportState() gives and restore() takes: per-document arrays have maxDoc entries. */
+export interface ShardIndexState {
+  readonly maxDoc: number;
+  readonly liveCount: number;
+  readonly deadDocs: number;
+  /** By document number; '' for a deleted document. */
+  readonly ids: readonly string[];
+  readonly live: Uint8Array;
+  /** Document d's forward entries are forward[forwardStarts[d], forwardStarts[d + 1]). */
+  readonly forwardStarts: Int32Array;
+  readonly forward: Int32Array;
+  readonly slots: readonly SlotState[];
+  readonly dynamic: readonly DynamicPlanState[];
+}
+
+function stateMismatch(why: string): ShardexError {
+  return new ShardexError('SHX_BAD_CONFIG', `the persisted index does not fit this collection: ${why}`);
 }
 
 /** The number an undeclared field's value indexes as (a number, or a date string's epoch ms), or NaN. */

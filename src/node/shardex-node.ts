@@ -10,6 +10,7 @@ import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
+import { PersistedIndex, type CheckpointPolicy } from '../distrib/index-persistence.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ShardIndex, type StoredDoc } from '../index/index.js';
 import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
@@ -56,6 +57,8 @@ export interface ShardexNodeOptions {
   readonly selectorProfiles?: unknown;
   /** How long a delete's tombstone is kept (Elasticsearch's gc_deletes); default 60 s. */
   readonly deleteRetentionMs?: number;
+  /** When replicas write their index segment (default: 20,000 changes, or any change after 60 s). */
+  readonly checkpointPolicy?: Partial<CheckpointPolicy>;
   /** Observes every batch a replica writes to disk (tests check sync-before-ack with it). */
   readonly onStoreWrite?: (replica: string, write: StoreWrite) => void;
   /** The read balancer of this node (issue 12). */
@@ -71,6 +74,14 @@ export interface ReadBalanceOptions {
   readonly timeoutMs?: number;
   /** How often the settings in coordination are re-read (default 1 s). */
   readonly pollMs?: number;
+}
+
+/** How often replicas' index checkpoint policies are checked. */
+const CHECKPOINT_CHECK_MS = 5000;
+
+/** What a replica's persisted index depends on besides its documents: the declared fields (and the default analyzer). */
+export function schemaFingerprint(state: CollectionState): string {
+  return JSON.stringify({ fields: state.fields ?? null, analyzer: 'standard' });
 }
 
 export const DEFAULT_READ_QUEUE_SIZE = 100;
@@ -192,6 +203,8 @@ export class ShardexNode {
   private balancedPriorities: ReadonlySet<string> = new Set();
   private unwatchReaders: (() => void) | undefined;
   private readonly commitTimers = new Map<string, NodeJS.Timeout>();
+  private checkpointTimer: NodeJS.Timeout | undefined;
+  private checkpointing = false;
   httpUrl = '';
   grpcAddress = '';
 
@@ -301,8 +314,25 @@ export class ShardexNode {
     await this.syncing;
     this.unwatchReaders = this.coordinator.onChange(() => this.markReadTargets(this.readBalance.settings()));
     await this.readBalance.start().catch(() => this.retryReadBalanceLoad());
+    this.checkpointTimer = setInterval(() => void this.checkpointReplicas(), CHECKPOINT_CHECK_MS);
+    this.checkpointTimer.unref();
     this.started = true;
     this.log.info({ http: this.httpUrl, grpc: this.grpcAddress }, 'node started');
+  }
+
+  /** Writes the index segment of each replica whose policy says so, one replica at a time. */
+  private async checkpointReplicas(): Promise<void> {
+    if (this.checkpointing || this.stopped) return;
+    this.checkpointing = true;
+    try {
+      for (const r of this.replicas.values()) {
+        if (this.stopped) return;
+        if (!(r.index instanceof PersistedIndex)) continue;
+        await r.index.maybeCheckpoint().catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment; the next check tries again'));
+      }
+    } finally {
+      this.checkpointing = false;
+    }
   }
 
   /** False until the node has read the cluster state (requests that need it get SHX_STARTING). */
@@ -390,24 +420,18 @@ export class ShardexNode {
 
   private async attachReplica(key: string, collection: string, shard: string, store: ReplicaStore): Promise<ShardReplica> {
     const replica = new ShardReplica(collection, shard, store, this.log);
-    // The index lives in memory: rebuild it from the stored documents before serving.
-    const t0 = performance.now();
-    const binding = new SearchIndexBinding(this.schemaOf(collection));
-    let unindexable = 0;
-    for await (const e of store.entries()) {
-      if (e.doc === null) continue;
-      try {
-        binding.index.add(e.id, e.doc as { id: string });
-      } catch {
-        // Only data written before admission existed can hold such a document: keep the replica usable.
-        unindexable++;
-      }
-    }
-    if (unindexable > 0) this.log.warn({ replica: key, unindexable }, 'stored documents the index refuses were left out of the search index');
-    binding.index.trim();
-    replica.index = binding;
+    // The index: its segment on disk and the changes journaled after it, or rebuilt from the documents.
+    const { index, report } = await PersistedIndex.open({
+      dir: this.replicaDir(collection, shard),
+      schema: this.schemaOf(collection),
+      fingerprint: schemaFingerprint(this.knownCollection(collection)),
+      store,
+      log: this.log.child({ replica: key }),
+      ...(this.o.checkpointPolicy && { policy: this.o.checkpointPolicy }),
+    });
+    replica.index = index;
     this.replicas.set(key, replica);
-    this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, indexMs: Math.round(performance.now() - t0) }, 'replica opened');
+    this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, index: report.method, replayed: report.replayed, indexMs: report.ms, ...(report.problem && { problem: report.problem }) }, 'replica opened');
     await this.joinElection(replica);
     // A replica that (re)starts catches up from its leader before it counts as active.
     void this.recover(replica);
@@ -993,7 +1017,12 @@ export class ShardexNode {
     await this.grpcServer.close();
     this.peers.close();
     await this.coordinator.close().catch(() => undefined);
-    for (const r of this.replicas.values()) await r.store.close().catch(() => undefined);
+    if (this.checkpointTimer) clearInterval(this.checkpointTimer);
+    for (const r of this.replicas.values()) {
+      // A clean stop writes the index, so that the next start replays nothing.
+      if (r.index instanceof PersistedIndex) await r.index.checkpoint().catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment at stop'));
+      await r.store.close().catch(() => undefined);
+    }
     this.replicas.clear();
     this.log.info('node stopped');
   }

@@ -6,6 +6,11 @@
 // flight; then they are dropped. Memory does not grow with the ids written: versions of ids not
 // recently touched are read from LevelDB, the live count is persisted with every batch.
 //
+// Every batch that changes documents also journals their ids under a sequence number (the change
+// journal), and the store tells its sink (the search index) what each batch applied, in order,
+// as soon as the batch is on disk: the index's persisted segment (src/index/segment-file.ts)
+// records the sequence it holds, and a restart replays only the ids journaled after it.
+//
 // Writes are group-committed: applies issued while a batch is being written wait and go to disk
 // together in the next batch, so that concurrent requests share one sync. With durability
 // `request` every batch is synced (LevelDB `sync: true`) before its applies resolve, so a replica
@@ -86,6 +91,11 @@ const COUNT = 'm:count';
 /** Tombstones by the time they were written: t<ms, 16 digits><id> -> version (for the purge). */
 const TOMB = 't';
 const tombKey = (at: number, id: string): string => TOMB + String(at).padStart(VERSION_WIDTH, '0') + id;
+/** The change journal: c<seq, 16 digits> -> JSON ids changed by that batch. */
+const CHANGES = 'c';
+const changeKey = (seq: number): string => CHANGES + String(seq).padStart(VERSION_WIDTH, '0');
+/** The newest change sequence used (survives a clear and the journal's trimming). */
+const SEQ = 'm:seq';
 const FORMAT = 'm:format';
 /** Versions are epoch-major since format 2 (src/distrib/shard-state.ts). */
 const FORMAT_VERSION = '2';
@@ -136,10 +146,26 @@ interface Decision {
 interface PendingBatch {
   readonly ops: BatchOp[];
   readonly versions: number[];
+  /** What the batch applies, in order, for the sink. */
+  readonly applied: UpdateOp[];
+  /** Ids whose documents the batch changes (journaled). */
+  readonly changed: string[];
+  /** Called once the batch is on disk and the sink was told (see atDurablePoint). */
+  readonly after: Array<(seq: number) => void>;
   sync: boolean;
   applies: number;
   done: Promise<void>;
 }
+
+/** What a batch adds to its group besides its LevelDB ops. */
+interface GroupExtras {
+  readonly applied?: readonly UpdateOp[];
+  readonly changed?: readonly string[];
+  readonly after?: (seq: number) => void;
+}
+
+/** Told, in order, what each batch applied once it is on disk (deletes as ops with doc null). */
+export type ApplySink = (ops: readonly UpdateOp[]) => void;
 
 export class ReplicaStore {
   private readonly db: Level<string, string>;
@@ -174,6 +200,11 @@ export class ReplicaStore {
   private unsynced = false;
   private syncTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  private sink: ApplySink | undefined;
+  /** Newest change sequence assigned to a batch. */
+  private seq = 0;
+  /** Newest change sequence whose batch is on disk and whose ops the sink was told. */
+  private appliedSeq = 0;
 
   private constructor(db: Level<string, string>, retention: number, opts: ReplicaStoreOptions) {
     this.db = db;
@@ -242,6 +273,49 @@ export class ReplicaStore {
     if (f !== undefined) this.fenceEpoch = Number(f);
     const n = await this.db.get(COUNT);
     if (n !== undefined) this.liveDocs = Number(n);
+    const seq = await this.db.get(SEQ);
+    if (seq !== undefined) this.seq = this.appliedSeq = Number(seq);
+  }
+
+  /** Where every batch's applied ops go once it is on disk (the search index). */
+  setSink(sink: ApplySink | undefined): void {
+    this.sink = sink;
+  }
+
+  /** The change sequence the sink has been told everything up to. */
+  get changeSeq(): number {
+    return this.appliedSeq;
+  }
+
+  /** The ids journaled after `seq` (each once): what changed since a segment holding `seq` was written. */
+  async changedSince(seq: number): Promise<string[]> {
+    const ids = new Set<string>();
+    for await (const value of this.db.values({ gt: changeKey(seq), lt: CHANGES + ':' })) for (const id of JSON.parse(value) as string[]) ids.add(id);
+    return [...ids];
+  }
+
+  /** The journal entries after `seq` (for a caller that counts them). */
+  async changesAfter(seq: number): Promise<number> {
+    let n = 0;
+    for await (const _ of this.db.keys({ gt: changeKey(seq), lt: CHANGES + ':' })) n++;
+    return n;
+  }
+
+  /** Drops the journal up to `seq` (a segment holds those changes now). */
+  async dropChangesThrough(seq: number): Promise<void> {
+    await this.db.clear({ gte: CHANGES, lte: changeKey(seq) });
+  }
+
+  /**
+   * Runs `fn` right after a synced write, once every batch before it is on disk and the sink was
+   * told of it, and before anything later is: `fn` sees the sink's state at exactly `seq`.
+   */
+  atDurablePoint<T>(fn: (seq: number) => T): Promise<T> {
+    let result: { value: T } | undefined;
+    return this.enqueue([], true, [], { after: (seq) => (result = { value: fn(seq) }) }).then(() => {
+      if (result === undefined) throw new ShardexError('SHX_INTERNAL', 'the durable point was never reached');
+      return result.value;
+    });
   }
 
   /** The newest leadership epoch recorded (0 = none yet); persisted with the data. */
@@ -412,7 +486,7 @@ export class ReplicaStore {
     }
     if (batch.length === 0) return { applied, undo, written: Promise.resolve(), ids };
     const maxAfter = this.maxVersionSeen;
-    const written = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version)).catch((err: unknown) => {
+    const written = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version), { applied, changed: ids }).catch((err: unknown) => {
       if (this.maxVersionSeen === maxAfter) this.maxVersionSeen = maxBefore;
       throw err;
     });
@@ -423,16 +497,19 @@ export class ReplicaStore {
    * Queues `batch` for the next group write. Everything queued while a write is in flight goes
    * to disk in one LevelDB batch, synced if any of its applies asked for it.
    */
-  private enqueue(batch: BatchOp[], sync: boolean, versions: readonly number[]): Promise<void> {
+  private enqueue(batch: BatchOp[], sync: boolean, versions: readonly number[], extras: GroupExtras = {}): Promise<void> {
     let p = this.pending;
     if (p === undefined) {
-      const group: PendingBatch = { ops: [], versions: [], sync: false, applies: 0, done: undefined as unknown as Promise<void> };
+      const group: PendingBatch = { ops: [], versions: [], applied: [], changed: [], after: [], sync: false, applies: 0, done: undefined as unknown as Promise<void> };
       group.done = this.writeChain.then(() => this.writeGroup(group));
       this.writeChain = group.done.catch(() => undefined);
       this.pending = p = group;
     }
     for (const op of batch) p.ops.push(op);
     for (const v of versions) p.versions.push(v);
+    if (extras.applied) for (const op of extras.applied) p.applied.push(op);
+    if (extras.changed) for (const id of extras.changed) p.changed.push(id);
+    if (extras.after) p.after.push(extras.after);
     p.sync ||= sync;
     p.applies++;
     return p.done;
@@ -442,7 +519,21 @@ export class ReplicaStore {
     // From here on, new applies start the next group.
     if (this.pending === group) this.pending = undefined;
     const ops = group.ops.length > 0 ? group.ops : [{ type: 'put' as const, key: SYNC_MARK, value: String(Date.now()) }];
-    await this.db.batch(ops, { sync: group.sync });
+    let seq = this.appliedSeq;
+    if (group.changed.length > 0) {
+      seq = ++this.seq;
+      ops.push({ type: 'put', key: changeKey(seq), value: JSON.stringify(group.changed) }, { type: 'put', key: SEQ, value: String(seq) });
+    }
+    try {
+      await this.db.batch(ops, { sync: group.sync });
+    } catch (err) {
+      if (group.changed.length > 0) this.seq = seq - 1;
+      throw err;
+    }
+    // Synchronously, in group order: the sink's state is exactly the batches up to appliedSeq.
+    if (group.applied.length > 0) this.sink?.(group.applied);
+    this.appliedSeq = seq;
+    for (const after of group.after) after(seq);
     if (group.sync) this.unsynced = false;
     else this.unsynced = true;
     let max = 0;
@@ -487,7 +578,8 @@ export class ReplicaStore {
       }
       if (batch.length === 0) return changed;
       batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
-      await this.enqueue(batch, true, []);
+      const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
+      await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id) });
       // Trimming drops the oldest entries only, so the newest version is the newest log key.
       let max = this.trimmed;
       for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) max = Math.max(max, Number(key.slice(1)));
@@ -690,6 +782,8 @@ export class ReplicaStore {
       [
         { type: 'put', key: FORMAT, value: FORMAT_VERSION },
         { type: 'put', key: FENCE, value: String(this.fenceEpoch) },
+        // Sequences keep growing: a segment written before the clear never matches what follows it.
+        { type: 'put', key: SEQ, value: String(this.seq) },
       ],
       { sync: true },
     );

@@ -1,0 +1,232 @@
+// The persisted search index: a segment file gives back the very index it was written from (same
+// hits, scores, totals, sort values, and the same behaviour under later writes); a replica opens
+// from its segment plus the changes journaled after it; a damaged, truncated or foreign segment
+// is detected, rebuilt from the documents, and queries return exactly what they did before.
+import { mkdtemp, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PersistedIndex, SEGMENT_FILE } from '../src/distrib/index-persistence.js';
+import { ShardReplica } from '../src/distrib/replica.js';
+import { decodeSegment, encodeSegment, parseSchema, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
+import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
+
+const log = pino({ level: 'silent' });
+const schema = parseSchema({ title: 'text', tag: 'keyword', price: 'number', at: 'date' });
+const FINGERPRINT = 'test-schema-1';
+
+const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta', 'iota', 'kappa', 'lambda', 'mu'];
+function doc(i: number): StoredDoc {
+  const w = (k: number): string => WORDS[(i * 7 + k * 3) % WORDS.length]!;
+  return {
+    id: `d${i}`,
+    title: `${w(0)} ${w(1)} ${w(2)} ${i % 5 === 0 ? 'rare' : ''}`,
+    tag: i % 3 === 0 ? ['red', 'blue'] : `tag${i % 4}`,
+    price: i % 6 === 0 ? [i, i * 2] : i * 1.5,
+    at: new Date(Date.UTC(2026, 0, 1 + (i % 28))).toISOString(),
+    // Undeclared: text + keyword (short string), number, long text only.
+    note: `note ${w(3)} ${i}`,
+    rank: i % 11,
+    body: `${w(4)} `.repeat(30) + 'x'.repeat(300),
+  };
+}
+
+const QUERIES: SearchRequest[] = [
+  { q: 'alpha' },
+  { q: 'title:"alpha delta"', limit: 20 },
+  { q: 'alpha OR rare', sort: 'price desc', limit: 15 },
+  { q: '*', filters: ['tag:red'], sort: 'tag asc,id asc', limit: 30 },
+  { q: 'note:delta', sort: 'rank desc,at asc', limit: 25 },
+  { q: 'price:[10 TO 40]', sort: 'price asc', limit: 50 },
+  { q: 'note.keyword:"note alpha 12"' },
+  { q: 'body:eta', limit: 5, offset: 3 },
+];
+
+const results = (index: ShardIndex): unknown[] => QUERIES.map((q) => index.search(q));
+
+function sampleIndex(): ShardIndex {
+  const index = new ShardIndex(schema);
+  for (let i = 0; i < 400; i++) index.add(`d${i}`, doc(i));
+  // Replacements and deletes leave dead documents and dead postings in the state.
+  for (let i = 0; i < 400; i += 9) index.add(`d${i}`, doc(i + 1000));
+  for (let i = 3; i < 400; i += 13) index.delete(`d${i}`);
+  return index;
+}
+
+function roundTrip(index: ShardIndex): ShardIndex {
+  const file = Buffer.concat(encodeSegment(index.exportState(), { seq: 7, fingerprint: FINGERPRINT }));
+  const { state, info } = decodeSegment(file);
+  expect(info).toEqual({ seq: 7, fingerprint: FINGERPRINT });
+  return ShardIndex.restore(schema, state);
+}
+
+describe('segment file', () => {
+  it('gives back the index it was written from: hits, scores, totals and sort values', () => {
+    const index = sampleIndex();
+    const restored = roundTrip(index);
+    expect(restored.size).toBe(index.size);
+    expect(results(restored)).toEqual(results(index));
+    expect(restored.collectStats({ q: 'alpha beta' })).toEqual(index.collectStats({ q: 'alpha beta' }));
+  });
+
+  it('keeps behaving as the original under later adds, replacements and deletes (and a compaction)', () => {
+    const index = sampleIndex();
+    const restored = roundTrip(index);
+    for (const target of [index, restored]) {
+      for (let i = 0; i < 300; i += 2) target.add(`d${i}`, doc(i + 2000));
+      for (let i = 400; i < 450; i++) target.add(`d${i}`, doc(i));
+      for (let i = 1; i < 450; i += 4) target.delete(`d${i}`);
+      target.compact();
+    }
+    expect(restored.size).toBe(index.size);
+    expect(results(restored)).toEqual(results(index));
+  });
+
+  it('refuses a state written for other declared fields', () => {
+    const file = Buffer.concat(encodeSegment(sampleIndex().exportState(), { seq: 1, fingerprint: FINGERPRINT }));
+    const other = parseSchema({ title: 'keyword', tag: 'keyword', price: 'number', at: 'date' });
+    expect(() => ShardIndex.restore(other, decodeSegment(file).state)).toThrow(/does not fit this collection/);
+  });
+});
+
+describe('a replica index on disk', () => {
+  let dir: string;
+  const stores: ReplicaStore[] = [];
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'shardex-segment-'));
+  });
+  afterEach(async () => {
+    for (const s of stores.splice(0)) await s.close().catch(() => undefined);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function openReplica(fingerprint = FINGERPRINT): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
+    const store = await ReplicaStore.open(dir);
+    stores.push(store);
+    const replica = new ShardReplica('c', 'shard1', store, log);
+    const { index, report } = await PersistedIndex.open({ dir, schema, fingerprint, store, log });
+    replica.index = index;
+    return { replica, index, report };
+  }
+
+  /** Closes the store without writing a segment: what kill -9 leaves (every apply was synced). */
+  async function crash(): Promise<void> {
+    for (const s of stores.splice(0)) await s.close();
+  }
+
+  let version = 0;
+  const put = (i: number, variant = 0): UpdateOp => ({ id: `d${i}`, version: ++version, doc: doc(i + variant) });
+  const del = (i: number): UpdateOp => ({ id: `d${i}`, version: ++version, doc: null });
+
+  /** The same documents indexed from scratch: what every opened replica must answer like. */
+  async function expected(): Promise<unknown[]> {
+    const store = stores[0]!;
+    const fresh = new ShardIndex(schema);
+    for await (const e of store.entries()) if (e.doc !== null) fresh.add(e.id, e.doc as StoredDoc);
+    return results(fresh);
+  }
+
+  it('opens from its segment and replays only the documents changed after it', async () => {
+    let { replica, index, report } = await openReplica();
+    expect(report.method).toBe('rebuilt');
+    await replica.apply(Array.from({ length: 300 }, (_, i) => put(i)));
+    expect(await index.checkpoint()).toBeGreaterThan(0);
+    await replica.apply([put(5, 1000), put(6, 1000), del(7), put(301), del(8), put(8, 2000)]);
+    const before = results(index.index);
+    await crash();
+
+    ({ replica, index, report } = await openReplica());
+    expect(report.method).toBe('loaded');
+    expect(report.replayed).toBe(5);
+    expect(results(index.index)).toEqual(before);
+    expect(results(index.index)).toEqual(await expected());
+  });
+
+  it('replays nothing after a clean checkpoint, and a rebuilt index is written at once', async () => {
+    let { replica, index } = await openReplica();
+    await replica.apply(Array.from({ length: 50 }, (_, i) => put(i)));
+    // Lose the segment's writes entirely: the journal alone cannot rebuild, so the open rebuilds and writes.
+    await crash();
+    let report;
+    ({ replica, index, report } = await openReplica());
+    expect(report).toMatchObject({ method: 'rebuilt', replayed: 50 });
+    expect(report.segmentBytes).toBeGreaterThan(0);
+    await crash();
+    ({ replica, index, report } = await openReplica());
+    expect(report).toMatchObject({ method: 'loaded', replayed: 0 });
+    expect(index.index.size).toBe(50);
+  });
+
+  it.each([
+    ['a flipped byte in a section', async (path: string) => {
+      const b = await readFile(path);
+      b[b.length - 100] ^= 0xff;
+      await writeFile(path, b);
+    }, /checksum of section/],
+    ['a flipped byte in the header', async (path: string) => {
+      const b = await readFile(path);
+      b[20] ^= 0x01;
+      await writeFile(path, b);
+    }, /header checksum|does not decode/],
+    ['a truncated file', async (path: string) => truncate(path, Math.floor((await stat(path)).size / 2)), /truncated/],
+    ['a file that is not a segment', async (path: string) => writeFile(path, 'hello'), /not a Shardex segment/],
+  ])('detects %s, rebuilds from the documents and answers exactly as before', async (_what, damage, problem) => {
+    let { replica, index, report } = await openReplica();
+    await replica.apply(Array.from({ length: 200 }, (_, i) => put(i)));
+    await replica.apply([del(3), put(4, 500)]);
+    await index.checkpoint();
+    const before = results(index.index);
+    await crash();
+    await damage(join(dir, SEGMENT_FILE));
+
+    ({ replica, index, report } = await openReplica());
+    expect(report.method).toBe('rebuilt');
+    expect(report.problem).toMatch(problem);
+    expect(results(index.index)).toEqual(before);
+    // The rebuilt segment is good again.
+    await crash();
+    ({ report } = await openReplica());
+    expect(report.method).toBe('loaded');
+  });
+
+  it('does not load a segment written for another schema', async () => {
+    const { replica, index } = await openReplica();
+    await replica.apply([put(1), put(2)]);
+    await index.checkpoint();
+    await crash();
+    const { report } = await openReplica('another-schema');
+    expect(report).toMatchObject({ method: 'rebuilt', replayed: 2 });
+    expect(report.problem).toMatch(/another schema/);
+  });
+
+  it('removes the segment before a reset, so old data never comes back', async () => {
+    let { replica, index } = await openReplica();
+    await replica.apply([put(1), put(2), put(3)]);
+    await index.checkpoint();
+    await replica.reset();
+    await expect(stat(join(dir, SEGMENT_FILE))).rejects.toThrow(/ENOENT/);
+    await replica.apply([put(9)]);
+    await crash();
+    let report;
+    ({ index, report } = await openReplica());
+    expect(index.index.size).toBe(1);
+    expect(index.index.has('d9')).toBe(true);
+    expect(report.method).toBe('rebuilt');
+  });
+
+  it('writes a segment when the policy says so, and not before', async () => {
+    const store = await ReplicaStore.open(dir);
+    stores.push(store);
+    const replica = new ShardReplica('c', 'shard1', store, log);
+    const { index } = await PersistedIndex.open({ dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 10, maxAgeMs: 60_000 } });
+    replica.index = index;
+    await replica.apply([put(1), put(2)]);
+    expect(await index.maybeCheckpoint()).toBe(false);
+    expect(await index.maybeCheckpoint(Date.now() + 61_000)).toBe(true);
+    await replica.apply(Array.from({ length: 10 }, (_, i) => put(i + 10)));
+    expect(await index.maybeCheckpoint()).toBe(true);
+    expect(await index.maybeCheckpoint(Date.now() + 120_000)).toBe(false);
+  });
+});
