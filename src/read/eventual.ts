@@ -1,9 +1,14 @@
 // Eventual reads on the side where a read starts (a node receiving HTTP, or the smart
 // client): the selector picks a snapshot reader for the shard, the reader answers or says
-// BUSY, and the selector picks again with the attempts so far, as Accumulo's client does.
-// With no reader in the group, or one too far behind `minVersion`, the shard's leader serves.
+// BUSY, and the selector picks again with the attempts so far, as Accumulo's client does:
+// past the last attempt plan it keeps choosing with that plan, the busy timeout growing to the
+// profile's maximum, until the read's own deadline (ThriftScanner loops the same way). A reader
+// that fails (not BUSY) is an ERROR attempt: the selector picks again after its back-off. The
+// shard's leader serves only when the profile's group has no reader and the wait for one is
+// over, or when no reader holds a snapshot as new as `minVersion`.
 import { ShardexError } from '../errors.js';
 import type { NodeInfo } from '../coordination/index.js';
+import { ReadDeadline } from './read-deadline.js';
 import type { Attempt, ReaderSelector } from './selector.js';
 import type { EventualOptions, ReaderAnswer } from './snapshot-reader.js';
 
@@ -16,9 +21,13 @@ export interface ServedBy {
   readonly attempts: number;
   /** BUSY answers received. */
   readonly busy: number;
+  /** Failed answers (not BUSY) received: each was retried on a reader the selector picked. */
+  readonly errors?: number;
   /** True when the leader served because no reader could. */
   readonly fallback: boolean;
   readonly reason?: string;
+  /** Later search phases that went to another reader after a BUSY or failed answer. */
+  readonly restarts?: number;
 }
 
 export interface EventualRequest {
@@ -33,24 +42,57 @@ export interface EventualRouterOptions {
   readonly readers: () => readonly NodeInfo[];
   /** Calls a reader with the eventual options added to the body. */
   readonly call: <T>(reader: string, body: object, eventual: EventualOptions) => Promise<ReaderAnswer<T>>;
-  /** Tries before the leader serves after all (each BUSY or error is one). */
-  readonly maxAttempts?: number;
-  readonly sleep?: (ms: number) => Promise<void>;
 }
+
+/** Where a routing starts from: the read's deadline and, for a later phase, the attempts so far. */
+export interface EventualRoute {
+  readonly deadline?: ReadDeadline;
+  /** Attempts already made for this shard in this read (appended to). */
+  readonly attempts?: Attempt[];
+}
+
+export interface EventualResult<T> {
+  readonly value: T;
+  readonly servedBy: ServedBy;
+  /** The busy timeout the serving reader was asked with (0 when the leader served). */
+  readonly busyTimeoutMs: number;
+}
+
+/** How the selector counts a reader's answer that was not a result. */
+export type ReaderFailure = 'busy' | 'error' | 'behind' | 'request';
+
+/**
+ * BUSY, a snapshot behind `minVersion`, the request's own fault (4xx: every reader would say the
+ * same), or a failed attempt (anything else: unreachable, timed out, 5xx, unknown).
+ */
+export function readerFailure(err: unknown): ReaderFailure {
+  if (!(err instanceof ShardexError)) return 'error';
+  if (err.code === 'SHX_BUSY') return 'busy';
+  if (err.code === 'SHX_SNAPSHOT_BEHIND') return 'behind';
+  // A reader that has not seen a new collection yet is behind in coordination, not wrong.
+  if (err.status >= 400 && err.status < 500 && err.code !== 'SHX_COLLECTION_NOT_FOUND') return 'request';
+  return 'error';
+}
+
+/** Poll step while a group has no reader (Accumulo waits 100 ms first, too). */
+const READER_POLL_MS = 100;
 
 export class EventualRouter {
   constructor(private readonly o: EventualRouterOptions) {}
 
   /** Runs `body` on a reader chosen for the shard, or `leader()` when none can serve. */
-  async run<T>(req: EventualRequest, body: object, leader: () => Promise<{ node: string; value: T }>): Promise<{ value: T; servedBy: ServedBy }> {
-    const attempts: Attempt[] = [];
-    let busy = 0;
-    const fallback = async (reason: string): Promise<{ value: T; servedBy: ServedBy }> => {
+  async run<T>(req: EventualRequest, body: object, leader: () => Promise<{ node: string; value: T }>, route: EventualRoute = {}): Promise<EventualResult<T>> {
+    const deadline = route.deadline ?? new ReadDeadline(`eventual read of ${req.collection}/${req.shard}`);
+    const attempts = route.attempts ?? [];
+    const count = (result: Attempt['result']): number => attempts.reduce((n, a) => n + (a.result === result ? 1 : 0), 0);
+    const doing = (): string => (attempts.length === 0 ? 'before any reader answered' : `after ${attempts.length} reader attempts, ${count('busy')} BUSY`);
+    const fallback = async (reason: string): Promise<EventualResult<T>> => {
       const r = await leader();
-      return { value: r.value, servedBy: { node: r.node, attempts: attempts.length + 1, busy, fallback: true, reason } };
+      return { value: r.value, busyTimeoutMs: 0, servedBy: { node: r.node, attempts: attempts.length + 1, busy: count('busy'), errors: count('error'), fallback: true, reason } };
     };
-    const max = this.o.maxAttempts ?? 8;
+    let emptySince: number | undefined;
     for (;;) {
+      deadline.check(doing());
       const readers = this.o.readers().map((n) => ({ address: n.name, ...(n.group !== undefined && { group: n.group }) }));
       const sel = this.o.selector.select({
         readers,
@@ -60,39 +102,36 @@ export class EventualRouter {
         ...(req.scanType !== undefined && { scanType: req.scanType }),
       });
       if (sel.reader === undefined) {
-        if (sel.timeToWaitMs > 0 && attempts.length === 0 && !(await this.waitForReaders(sel.group, sel.timeToWaitMs))) {
-          return fallback(`no snapshot reader in group '${sel.group}' appeared within ${sel.timeToWaitMs} ms`);
+        const now = deadline.now();
+        emptySince ??= now;
+        const waited = now - emptySince;
+        if (waited >= sel.timeToWaitMs) {
+          return fallback(sel.timeToWaitMs === 0 ? `no snapshot reader in group '${sel.group}'` : `no snapshot reader in group '${sel.group}' appeared within ${sel.timeToWaitMs} ms`);
         }
-        if (sel.timeToWaitMs === 0 || attempts.length > 0) return fallback(`no snapshot reader in group '${sel.group}'`);
+        await deadline.pause(Math.min(READER_POLL_MS, sel.timeToWaitMs - waited), `waiting for a snapshot reader in group '${sel.group}'`);
         continue;
       }
-      if (attempts.length >= max) return fallback(`${attempts.length} reader attempts failed or were busy`);
-      if (sel.delayMs > 0) await (this.o.sleep ?? delay)(sel.delayMs);
+      emptySince = undefined;
+      if (sel.delayMs > 0) await deadline.pause(sel.delayMs, doing());
+      const eventual: EventualOptions = { busyTimeoutMs: deadline.cap(sel.busyTimeoutMs), ...(req.minVersion !== undefined && { minVersion: req.minVersion }) };
       try {
-        const eventual: EventualOptions = { busyTimeoutMs: sel.busyTimeoutMs, ...(req.minVersion !== undefined && { minVersion: req.minVersion }) };
-        const ans = await this.o.call<T>(sel.reader, body, eventual);
-        return { value: ans.result, servedBy: { node: sel.reader, snapshot: ans.snapshot, attempts: attempts.length + 1, busy, fallback: false } };
+        const ans = await deadline.within(this.o.call<T>(sel.reader, body, eventual), doing());
+        return {
+          value: ans.result,
+          busyTimeoutMs: sel.busyTimeoutMs,
+          servedBy: { node: sel.reader, snapshot: ans.snapshot, attempts: attempts.length + 1, busy: count('busy'), errors: count('error'), fallback: false },
+        };
       } catch (err) {
-        if (err instanceof ShardexError && err.code === 'SHX_SNAPSHOT_BEHIND') return fallback(err.message);
-        if (err instanceof ShardexError && (err.status < 500 && err.code !== 'SHX_BUSY')) throw err;
-        const isBusy = err instanceof ShardexError && err.code === 'SHX_BUSY';
-        if (isBusy) busy++;
-        attempts.push({ reader: sel.reader, result: isBusy ? 'busy' : 'error' });
+        const ended = deadline.ended(doing());
+        if (ended !== undefined) throw ended;
+        const failure = readerFailure(err);
+        if (failure === 'behind') return fallback((err as Error).message);
+        if (failure === 'request') throw err;
+        attempts.push({ reader: sel.reader, result: failure });
       }
     }
   }
-
-  private async waitForReaders(group: string, ms: number): Promise<boolean> {
-    const deadline = Date.now() + ms;
-    while (Date.now() < deadline) {
-      if (this.o.readers().some((r) => (r.group ?? 'default') === group)) return true;
-      await (this.o.sleep ?? delay)(Math.min(100, deadline - Date.now()));
-    }
-    return false;
-  }
 }
-
-const delay = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Parses a minVersion: one number for every shard, or a token `shard1:v1,shard2:v2` as update

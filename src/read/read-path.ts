@@ -1,21 +1,26 @@
 // Where a read goes, for whoever starts it (a node receiving HTTP, or the smart client):
 // `immediate` to each shard's leader; `eventual` to a snapshot reader picked by the selector
 // (falling back to the leader), with every search phase of a shard on the same server so that
-// all phases read one snapshot. The transport names nodes; it may shortcut to local replicas.
-// A read the balancer placed goes where it was placed: `primary` to the leader, a reader group
-// to that group's readers (the selector still picks the reader within it).
+// all phases read one snapshot. A later phase waits for a scan slot as long as the plan that
+// chose the reader says; answered BUSY (or failing), the shard goes back to the selector with
+// its attempts so far and restarts on another reader holding a snapshot at least as new, so
+// that no shard ever reads backwards. The transport names nodes; it may shortcut to local
+// replicas. A read the balancer placed goes where it was placed: `primary` to the leader, a
+// reader group to that group's readers (the selector still picks the reader within it). One
+// deadline (the read's timeoutMs and signal) bounds every wait and call of the read.
 import type { NodeInfo } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
 import type { ShardPhaseRequest, ShardSearcher } from '../distrib/search.js';
 import type { IndexStats, ShardSearchResult, StoredDoc } from '../index/index.js';
 import type { StoredEntry } from '../ulog/index.js';
 import { PRIMARY_TARGET } from './balancer.js';
-import { EventualRouter, parseMinVersion, type EventualRouterOptions, type ServedBy } from './eventual.js';
+import { EventualRouter, parseMinVersion, readerFailure, type EventualRequest, type EventualResult, type EventualRouterOptions, type ServedBy } from './eventual.js';
 import { DEFAULT_GROUP } from './profiles.js';
-import { ReaderSelector } from './selector.js';
+import { ReadDeadline, type ReadDeadlineOptions } from './read-deadline.js';
+import { ReaderSelector, type Attempt } from './selector.js';
 import type { EventualOptions, ReaderAnswer } from './snapshot-reader.js';
 
-export interface ReadOptions {
+export interface ReadOptions extends ReadDeadlineOptions {
   /** immediate (default): the shard leaders; eventual: snapshot readers, chosen by the selector. */
   readonly consistency?: 'immediate' | 'eventual';
   readonly scanType?: string;
@@ -76,8 +81,8 @@ export interface ReadTransport {
   leader(collection: string, shard: string): string | undefined;
 }
 
-/** Once a reader is chosen for a shard, its later search phases may wait this long for a slot. */
-const LATER_PHASE_BUSY_TIMEOUT_MS = 5000;
+/** How long a reader may take to answer once its scan started (beyond its busy timeout). */
+const READER_ANSWER_MS = 30_000;
 
 export class ReadPath {
   constructor(
@@ -94,14 +99,16 @@ export class ReadPath {
     return target !== undefined && this.inGroup ? this.inGroup(target, opts.scanType) : this.eventual;
   }
 
-  private async onLeader<T>(collection: string, shard: string, method: 'get' | 'search', body: object): Promise<{ node: string; value: T }> {
+  private async onLeader<T>(collection: string, shard: string, method: 'get' | 'search', body: object, deadline: ReadDeadline): Promise<{ node: string; value: T }> {
     const leader = this.t.leader(collection, shard);
     if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
-    return { node: leader, value: await this.t.call<T>(leader, method, body) };
+    deadline.check(`before asking ${leader}`);
+    const value = await deadline.within(this.t.call<T>(leader, method, body, deadline.cap(READER_ANSWER_MS)), `waiting for ${leader}`);
+    return { node: leader, value };
   }
 
   private onReader<T>(reader: string, method: 'get' | 'search', body: object, eventual: EventualOptions): Promise<ReaderAnswer<T>> {
-    return this.t.call<ReaderAnswer<T>>(reader, method, { ...body, eventual }, eventual.busyTimeoutMs + 30_000);
+    return this.t.call<ReaderAnswer<T>>(reader, method, { ...body, eventual }, eventual.busyTimeoutMs + READER_ANSWER_MS);
   }
 
   /** Calls a reader; `body.method` names the RPC. For EventualRouter's `call`. */
@@ -110,7 +117,7 @@ export class ReadPath {
     return this.onReader<T>(reader, method, rest, eventual);
   }
 
-  private request(collection: string, shard: string, opts: ReadOptions): { collection: string; shard: string; scanType?: string; minVersion?: number } {
+  private request(collection: string, shard: string, opts: ReadOptions): EventualRequest {
     const minVersion = parseMinVersion(opts.minVersion)(shard);
     return {
       collection,
@@ -120,39 +127,33 @@ export class ReadPath {
     };
   }
 
+  private deadline(what: string, opts: ReadOptions): ReadDeadline {
+    return new ReadDeadline(what, {
+      ...(opts.timeoutMs !== undefined && { timeoutMs: opts.timeoutMs }),
+      ...(opts.signal !== undefined && { signal: opts.signal }),
+    });
+  }
+
   /** Real-time get (immediate) or snapshot get (eventual) of ids of one shard. */
   async get(collection: string, shard: string, ids: string[], opts: ReadOptions = {}): Promise<{ entries: Array<StoredEntry | null>; servedBy?: ServedBy }> {
     const body = { collection, shard, ids };
     const router = this.route(shard, opts);
-    if (!router) return { entries: (await this.onLeader<Array<StoredEntry | null>>(collection, shard, 'get', body)).value };
-    const r = await router.run(this.request(collection, shard, opts), { method: 'get', ...body }, () =>
-      this.onLeader<Array<StoredEntry | null>>(collection, shard, 'get', body),
-    );
+    const deadline = this.deadline(`${router ? 'eventual' : 'immediate'} get of ${collection}/${shard}`, opts);
+    const leader = (): Promise<{ node: string; value: Array<StoredEntry | null> }> => this.onLeader(collection, shard, 'get', body, deadline);
+    if (!router) return { entries: (await leader()).value };
+    const r = await router.run(this.request(collection, shard, opts), { method: 'get', ...body }, leader, { deadline });
     return { entries: r.value, servedBy: r.servedBy };
   }
 
   /** One searcher per shard for distributedSearch; eventual choices are recorded in `servedBy`. */
   searchers(collection: string, shards: readonly string[], opts: ReadOptions, servedBy: Record<string, ServedBy>): ShardSearcher[] {
+    const deadline = this.deadline(`${opts.consistency === 'eventual' ? 'eventual' : 'immediate'} search of ${collection}`, opts);
     return shards.map((shard) => {
-      let phase: <T>(body: ShardPhaseRequest) => Promise<T>;
       const router = this.route(shard, opts);
-      if (!router) {
-        phase = async <T>(body: ShardPhaseRequest) => (await this.onLeader<T>(collection, shard, 'search', body)).value;
-      } else {
-        let chosen: ServedBy | undefined;
-        phase = async <T>(body: ShardPhaseRequest): Promise<T> => {
-          if (chosen === undefined) {
-            const r = await router.run<T>(this.request(collection, shard, opts), { method: 'search', ...body }, () =>
-              this.onLeader<T>(collection, shard, 'search', body),
-            );
-            chosen = r.servedBy;
-            servedBy[shard] = r.servedBy;
-            return r.value;
-          }
-          if (chosen.fallback) return (await this.onLeader<T>(collection, shard, 'search', body)).value;
-          return (await this.onReader<T>(chosen.node, 'search', body, { busyTimeoutMs: LATER_PHASE_BUSY_TIMEOUT_MS })).result;
-        };
-      }
+      const onLeader = <T>(body: ShardPhaseRequest): Promise<{ node: string; value: T }> => this.onLeader<T>(collection, shard, 'search', body, deadline);
+      const phase = router
+        ? this.readerPhases(router, this.request(collection, shard, opts), deadline, onLeader, (s) => (servedBy[shard] = s))
+        : async <T>(body: ShardPhaseRequest): Promise<T> => (await onLeader<T>(body)).value;
       return {
         shard,
         stats: (p) => phase<IndexStats>({ kind: 'stats', collection, shard, params: p }),
@@ -160,5 +161,50 @@ export class ReadPath {
         fetch: (ids, fields) => phase<StoredDoc[]>({ kind: 'fetch', collection, shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
       };
     });
+  }
+
+  /**
+   * The search phases of one shard on snapshot readers: the first phase is routed by the
+   * selector; later ones go to the same reader with the busy timeout of the plan that chose it.
+   * A BUSY or failed later phase records the attempt and routes that phase again, requiring a
+   * snapshot at least as new as the one already read.
+   */
+  private readerPhases(
+    router: EventualRouter,
+    request: EventualRequest,
+    deadline: ReadDeadline,
+    onLeader: <T>(body: ShardPhaseRequest) => Promise<{ node: string; value: T }>,
+    record: (s: ServedBy) => void,
+  ): <T>(body: ShardPhaseRequest) => Promise<T> {
+    const attempts: Attempt[] = [];
+    let chosen: EventualResult<unknown> | undefined;
+    let restarts = 0;
+    const route = async <T>(body: ShardPhaseRequest, atLeast?: number): Promise<T> => {
+      const req = atLeast === undefined ? request : { ...request, minVersion: Math.max(request.minVersion ?? 0, atLeast) };
+      const r = await router.run<T>(req, { method: 'search', ...body }, () => onLeader<T>(body), { deadline, attempts });
+      chosen = r;
+      record(restarts > 0 ? { ...r.servedBy, restarts } : r.servedBy);
+      return r.value;
+    };
+    return async <T>(body: ShardPhaseRequest): Promise<T> => {
+      const was = chosen;
+      if (was === undefined) return route<T>(body);
+      if (was.servedBy.fallback) return (await onLeader<T>(body)).value;
+      const reader = was.servedBy.node;
+      const eventual: EventualOptions = { busyTimeoutMs: deadline.cap(was.busyTimeoutMs), ...(request.minVersion !== undefined && { minVersion: request.minVersion }) };
+      const doing = `${body.kind} phase on ${reader}`;
+      try {
+        deadline.check(doing);
+        return (await deadline.within(this.onReader<T>(reader, 'search', body, eventual), doing)).result;
+      } catch (err) {
+        const ended = deadline.ended(doing);
+        if (ended !== undefined) throw ended;
+        const failure = readerFailure(err);
+        if (failure === 'request') throw err;
+        attempts.push({ reader, result: failure === 'busy' ? 'busy' : 'error' });
+        restarts++;
+        return route<T>(body, was.servedBy.snapshot);
+      }
+    };
   }
 }

@@ -6,6 +6,7 @@
 // memo of candidate sets, cleared whenever the reader set changes, so every answer is the one
 // the stateless algorithm would give.
 
+import { exponentialBackoff } from '../distrib/retry.js';
 import { murmur3 } from '../hashrange/murmur3.js';
 import { DEFAULT_GROUP, DEFAULT_PROFILES, loadProfiles, type Profile, type ServerCount } from './profiles.js';
 export { DEFAULT_GROUP, DEFAULT_PROFILES, loadProfiles, type AttemptPlan, type AttemptPlanConfig, type Profile, type ProfileConfig, type ServerCount } from './profiles.js';
@@ -86,13 +87,12 @@ export interface ReaderSelectorOptions {
   readonly cacheLimit?: number;
 }
 
-const MAX_ERROR_DELAY_MS = 30_000;
-const FIRST_ERROR_DELAY_MS = 100;
+// Accumulo's computeDelay is the house's doubling back-off: 100 ms, doubling, at most 30 s.
+const ERROR_BACKOFF = exponentialBackoff(100, 30_000);
 
 /** The wait before the next try after `errors` ERROR attempts: min(30 s, 100 ms · 2^(e-1)). */
 export function errorDelayMs(errors: number): number {
-  if (errors <= 0) return 0;
-  return Math.min(MAX_ERROR_DELAY_MS, FIRST_ERROR_DELAY_MS * 2 ** (errors - 1));
+  return errors <= 0 ? 0 : ERROR_BACKOFF(errors);
 }
 
 /**

@@ -1,9 +1,22 @@
 // A snapshot reader (Accumulo's scan server): holds no shard permanently. The first eventual
 // read of a shard copies the shard's latest commit point from its leader (streamed); later
 // reads are served from the local copy, which is refreshed incrementally (the leader's log
-// between the two commit points) once it is older than the snapshot expiry. Least recently
-// used shards are evicted past the disk budget. Scans run in a bounded pool; a request that
-// cannot start within its busy timeout is answered BUSY.
+// between the two commit points). Least recently used shards are evicted past the disk
+// budget. Scans run in a bounded pool; a request that cannot start within its busy timeout is
+// answered BUSY.
+//
+// The staleness bound: a copy is "checked" at the moment the reader asks the leader for its
+// newest commit point, and holds every commit acknowledged before that moment. The reader
+// serves a copy only while it was checked at most `snapshotExpiryMs` ago; an older copy is
+// refreshed before the request is answered (one refresh shared by every request waiting for
+// it), and a copy that cannot be refreshed is not served. So an eventual read answered by a
+// reader sees every commit acknowledged more than `snapshotExpiryMs` before the reader started
+// it. Past half the expiry a copy in use is refreshed in the background, so that reads rarely
+// wait. Only durations on the reader's own clock are compared: no clock sync is assumed.
+//
+// Stopping drains: new scans (and queued ones) are answered BUSY at once, so the selector
+// picks another reader without delay; started scans finish; then the reader deregisters and
+// closes.
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -56,16 +69,32 @@ export interface SnapshotReaderOptions {
   readonly maxScans?: number;
   /** Fault injection for tests and benchmarks: every scan takes at least this long. */
   readonly scanDelayMs?: number;
+  /** A shard copy that receives nothing from the leader for this long is given up (default 10 s). */
+  readonly copyStallMs?: number;
+  /** How long stop() lets started scans finish before it closes anyway (default 30 s). */
+  readonly drainTimeoutMs?: number;
+  /** The clock of snapshot ages, ms (tests inject one). */
+  readonly now?: () => number;
 }
+
+const DEFAULT_SNAPSHOT_EXPIRY_MS = 5000;
+const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
+const DEFAULT_COPY_STALL_MS = 10_000;
 
 interface CachedShard {
   readonly key: string;
+  readonly dir: string;
   readonly replica: ShardReplica;
   readonly binding: SearchIndexBinding;
   commit: CommitPoint;
-  fetchedAt: number;
+  /** When the leader was last asked for its newest commit point, which `commit` is (or follows). */
+  checkedAt: number;
   lastUsed: number;
   refreshing?: Promise<void>;
+  /** Requests holding this copy: it is closed only once none does. */
+  users: number;
+  /** Replaced by a new copy, or evicted: closed when its last user lets go. */
+  retired: boolean;
 }
 
 interface LeaderCommitInfo {
@@ -88,6 +117,10 @@ export class SnapshotReader {
   private http: FastifyInstance | undefined;
   private readonly busyCounter: Counter;
   private readonly servedCounter: Counter;
+  private readonly refreshCounter: Counter;
+  private readonly now: () => number;
+  private readonly expiryMs: number;
+  private generation = 0;
   grpcAddress = '';
   httpUrl = '';
   private stopped = false;
@@ -98,8 +131,11 @@ export class SnapshotReader {
     this.group = opts.group ?? 'default';
     this.log = opts.logger.child({ reader: opts.name, group: this.group });
     this.pool = new ScanPool(opts.maxScans ?? 8);
+    this.now = opts.now ?? (() => performance.timeOrigin + performance.now());
+    this.expiryMs = opts.snapshotExpiryMs ?? DEFAULT_SNAPSHOT_EXPIRY_MS;
     this.busyCounter = new Counter({ name: 'shardex_reader_busy_total', help: 'Requests refused as BUSY', registers: [this.metrics] });
     this.servedCounter = new Counter({ name: 'shardex_reader_scans_total', help: 'Scans served', registers: [this.metrics] });
+    this.refreshCounter = new Counter({ name: 'shardex_reader_refreshes_total', help: 'Times a cached shard asked its leader for a newer commit point', registers: [this.metrics] });
     const shards = this.shards;
     new Gauge({
       name: 'shardex_reader_cached_shards',
@@ -143,7 +179,7 @@ export class SnapshotReader {
     const advertised = this.o.advertiseHost ?? host;
     this.grpcAddress = `${advertised}:${await this.server.listen(host, this.o.grpcPort)}`;
     const app = Fastify({ loggerInstance: this.log as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
-    app.get('/health', async () => ({ status: 'ok', reader: this.name, group: this.group }));
+    app.get('/health', async () => ({ status: this.pool.draining ? 'draining' : 'ok', reader: this.name, group: this.group }));
     app.get('/api/reader', async () => this.status());
     app.get('/metrics', async (_req, reply) => {
       void reply.header('content-type', this.metrics.contentType);
@@ -164,7 +200,9 @@ export class SnapshotReader {
     return {
       name: this.name,
       group: this.group,
-      shards: [...this.shards.values()].map((s) => ({ shard: s.key, snapshot: s.commit.version, docs: s.replica.store.docCount, fetchedAt: s.fetchedAt })),
+      snapshotExpiryMs: this.expiryMs,
+      draining: this.pool.draining,
+      shards: [...this.shards.values()].map((s) => ({ shard: s.key, snapshot: s.commit.version, docs: s.replica.store.docCount, fetchedAt: Math.round(s.checkedAt) })),
       scans: { running: this.pool.running, waiting: this.pool.waiting, served: this.pool.served, busy: this.pool.busy },
     };
   }
@@ -172,11 +210,15 @@ export class SnapshotReader {
   private async scan<T>(eventual: EventualOptions, collection: string, shard: string, work: (s: CachedShard) => Promise<T>): Promise<ReaderAnswer<T>> {
     try {
       return await this.pool.run(eventual.busyTimeoutMs, async () => {
-        const cached = await this.shard(collection, shard, eventual.minVersion);
-        cached.lastUsed = Date.now();
-        if (this.o.scanDelayMs) await new Promise((r) => setTimeout(r, this.o.scanDelayMs));
-        this.servedCounter.inc();
-        return { snapshot: cached.commit.version, result: await work(cached) };
+        const cached = await this.acquire(collection, shard, eventual.minVersion);
+        try {
+          cached.lastUsed = this.now();
+          if (this.o.scanDelayMs) await new Promise((r) => setTimeout(r, this.o.scanDelayMs));
+          this.servedCounter.inc();
+          return { snapshot: cached.commit.version, result: await work(cached) };
+        } finally {
+          this.release(cached);
+        }
       });
     } catch (err) {
       if (err instanceof ShardexError && err.code === 'SHX_BUSY') this.busyCounter.inc();
@@ -200,36 +242,100 @@ export class SnapshotReader {
     return leader.node;
   }
 
-  private async shard(collection: string, shard: string, minVersion?: number): Promise<CachedShard> {
+  /**
+   * The copy of a shard a request may read, held for it until `release`: loaded on first use;
+   * refreshed first if it is past the snapshot expiry (or older than `minVersion`); refused if
+   * it cannot be made fresh.
+   */
+  private async acquire(collection: string, shard: string, minVersion?: number): Promise<CachedShard> {
     const key = `${collection}/${shard}`;
-    let cached = this.shards.get(key);
-    if (!cached) {
-      let p = this.loading.get(key);
-      if (!p) {
-        p = this.load(collection, shard).finally(() => this.loading.delete(key));
-        this.loading.set(key, p);
+    let cached = this.hold(this.shards.get(key) ?? (await this.loadOnce(collection, shard)));
+    try {
+      const behind = (c: CachedShard): boolean => minVersion !== undefined && c.commit.version < minVersion;
+      const age = this.now() - cached.checkedAt;
+      if (age > this.expiryMs || behind(cached)) {
+        const failure = await this.refreshOnce(cached, collection, shard).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+        // A full copy may have replaced this one while it refreshed.
+        const current = this.shards.get(key);
+        if (current && current !== cached) {
+          this.release(cached);
+          cached = this.hold(current);
+        }
+        const stale = this.now() - cached.checkedAt;
+        if (stale > this.expiryMs) {
+          const why = failure instanceof Error ? failure.message : 'the refresh did not complete';
+          throw new ShardexError(
+            'SHX_UNAVAILABLE',
+            `reader ${this.name} cannot serve ${key}: its copy was checked ${Math.round(stale)} ms ago, past the snapshot expiry of ${this.expiryMs} ms, and refreshing it failed (${why}); another reader or the leader will serve`,
+            failure === undefined ? undefined : { cause: failure },
+          );
+        }
+      } else if (age > this.expiryMs / 2) {
+        void this.refreshOnce(cached, collection, shard).catch(() => undefined);
       }
-      cached = await p;
+      if (behind(cached)) {
+        throw new ShardexError('SHX_SNAPSHOT_BEHIND', `reader ${this.name} holds ${key} as of version ${cached.commit.version}, older than minVersion ${minVersion}`);
+      }
+      return cached;
+    } catch (err) {
+      this.release(cached);
+      throw err;
     }
-    const stale = Date.now() - cached.fetchedAt > (this.o.snapshotExpiryMs ?? 5000);
-    const behind = minVersion !== undefined && cached.commit.version < minVersion;
-    if (stale || behind) {
-      cached.refreshing ??= this.refresh(cached, collection, shard).finally(() => (cached!.refreshing = undefined));
-      // A read that needs a newer snapshot waits for the refresh; others are served as they are.
-      if (behind) await cached.refreshing.catch((err) => this.log.warn({ shard: key, err: (err as Error).message }, 'snapshot refresh failed'));
-      else void cached.refreshing.catch((err) => this.log.warn({ shard: key, err: (err as Error).message }, 'snapshot refresh failed'));
-    }
-    if (minVersion !== undefined && cached.commit.version < minVersion) {
-      throw new ShardexError('SHX_SNAPSHOT_BEHIND', `reader ${this.name} holds ${key} as of version ${cached.commit.version}, older than minVersion ${minVersion}`);
-    }
+  }
+
+  private hold(cached: CachedShard): CachedShard {
+    cached.users++;
     return cached;
+  }
+
+  private release(cached: CachedShard): void {
+    if (--cached.users === 0 && cached.retired) void this.close(cached);
+  }
+
+  /** Takes a copy out of service: closed (and removed) now if nobody reads it, else after its last reader. */
+  private retire(cached: CachedShard): Promise<void> {
+    if (this.shards.get(cached.key) === cached) this.shards.delete(cached.key);
+    cached.retired = true;
+    return cached.users === 0 ? this.close(cached) : Promise.resolve();
+  }
+
+  private close(cached: CachedShard): Promise<void> {
+    return cached.replica.store
+      .close()
+      .then(() => rm(cached.dir, { recursive: true, force: true }))
+      .catch((err) => this.log.warn({ shard: cached.key, err: (err as Error).message }, 'could not close a retired shard copy'));
+  }
+
+  /** One load per shard at a time: concurrent first requests share it. */
+  private loadOnce(collection: string, shard: string): Promise<CachedShard> {
+    const key = `${collection}/${shard}`;
+    let p = this.loading.get(key);
+    if (!p) {
+      p = this.load(collection, shard).finally(() => this.loading.delete(key));
+      this.loading.set(key, p);
+    }
+    return p;
+  }
+
+  /** One refresh per copy at a time: every request that needs it waits for the same one. */
+  private refreshOnce(cached: CachedShard, collection: string, shard: string): Promise<void> {
+    cached.refreshing ??= this.refresh(cached, collection, shard)
+      .catch((err: unknown) => {
+        this.log.warn({ shard: cached.key, err: (err as Error).message }, 'snapshot refresh failed');
+        throw err;
+      })
+      .finally(() => (cached.refreshing = undefined));
+    return cached.refreshing;
   }
 
   private async load(collection: string, shard: string): Promise<CachedShard> {
     const key = `${collection}/${shard}`;
     const state = this.o.coordinator.collection(collection);
     if (!state) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' does not exist`);
-    const dir = join(this.o.dataDir, collection, shard);
+    const dir = join(this.o.dataDir, collection, `${shard}.${this.generation++}`);
     await rm(dir, { recursive: true, force: true });
     const store = await ReplicaStore.open(dir, { logRetention: 1 });
     const replica = new ShardReplica(collection, shard, store, this.log);
@@ -237,16 +343,22 @@ export class SnapshotReader {
     replica.index = binding;
     try {
       const leader = this.leaderOf(collection, shard);
+      const asked = this.now();
+      this.refreshCounter.inc();
       const info = await this.peers.call<LeaderCommitInfo>(leader, 'versions', { collection, shard });
       const commit = info.commit ?? { version: 0, at: 0 };
-      for await (const chunk of this.peers.streamCall<StoredEntry[]>(leader, 'copyShard', { collection, shard, commit: true })) await replica.apply(chunk);
-      const cached: CachedShard = { key, replica, binding, commit, fetchedAt: Date.now(), lastUsed: Date.now() };
+      const copy = this.peers.streamCall<StoredEntry[]>(leader, 'copyShard', { collection, shard, commit: true });
+      for await (const chunk of untilStalled(copy, this.o.copyStallMs ?? DEFAULT_COPY_STALL_MS, `copying ${key} from ${leader}`)) await replica.apply(chunk);
+      const cached: CachedShard = { key, dir, replica, binding, commit, checkedAt: asked, lastUsed: this.now(), users: 0, retired: false };
+      const previous = this.shards.get(key);
       this.shards.set(key, cached);
+      if (previous) void this.retire(previous);
       this.log.info({ shard: key, snapshot: commit.version, docs: store.docCount }, 'snapshot copied');
       void this.evict().catch((err) => this.log.warn({ err }, 'eviction failed'));
       return cached;
     } catch (err) {
       await store.close().catch(() => undefined);
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw err;
     }
   }
@@ -254,15 +366,19 @@ export class SnapshotReader {
   /** Moves a cached shard to the leader's newest commit point: the log between the two, or a new copy. */
   private async refresh(cached: CachedShard, collection: string, shard: string): Promise<void> {
     const leader = this.leaderOf(collection, shard);
+    // Asked before the request is sent: every commit acknowledged before now is in the answer.
+    const asked = this.now();
+    this.refreshCounter.inc();
     const info = await this.peers.call<LeaderCommitInfo>(leader, 'versions', { collection, shard });
     const next = info.commit;
-    cached.fetchedAt = Date.now();
-    if (!next || next.version <= cached.commit.version) return;
+    if (!next || next.version <= cached.commit.version) {
+      cached.checkedAt = asked;
+      return;
+    }
     if (info.trimmedThrough > cached.commit.version) {
-      // The log no longer reaches back: copy the new snapshot in full.
-      this.shards.delete(cached.key);
-      await cached.replica.store.close();
-      await this.shard(collection, shard);
+      // The log no longer reaches back: copy the new snapshot in full, beside the old copy,
+      // which serves the requests already reading it and is closed after them.
+      await this.load(collection, shard);
       return;
     }
     let after = cached.commit.version;
@@ -277,6 +393,7 @@ export class SnapshotReader {
       if (page.length < 5000) break;
     }
     cached.commit = next;
+    cached.checkedAt = asked;
     this.log.info({ shard: cached.key, snapshot: next.version }, 'snapshot refreshed');
   }
 
@@ -287,25 +404,68 @@ export class SnapshotReader {
     const lru = [...this.shards.values()].sort((a, b) => a.lastUsed - b.lastUsed);
     while (used > budget && lru.length > 1) {
       const victim = lru.shift()!;
-      this.shards.delete(victim.key);
-      await victim.replica.store.close();
-      const dir = join(this.o.dataDir, victim.key);
-      await rm(dir, { recursive: true, force: true });
+      // Retired at once (no new request gets it), closed after the requests reading it.
+      await this.retire(victim);
       used = await dirSize(this.o.dataDir);
       this.log.info({ shard: victim.key, used, budget }, 'evicted a cached shard');
     }
   }
 
+  /**
+   * Drains, then closes: new and queued scans are answered BUSY at once, started scans (and
+   * refreshes) finish, within `drainTimeoutMs`; then the reader leaves coordination, so that
+   * no node picks it again, and closes its servers and shard copies.
+   */
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
+    this.log.info({ running: this.pool.running, waiting: this.pool.waiting }, 'snapshot reader draining: new scans are answered BUSY');
+    const limit = this.o.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS;
+    const drained = this.pool.drain(`reader ${this.name} is stopping`).then(() =>
+      Promise.allSettled([...this.loading.values(), ...[...this.shards.values()].flatMap((s) => (s.refreshing ? [s.refreshing] : []))]),
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const inTime = await Promise.race([drained.then(() => true), new Promise<boolean>((r) => (timer = setTimeout(() => r(false), limit)))]);
+    clearTimeout(timer);
+    if (!inTime) this.log.warn({ running: this.pool.running, drainTimeoutMs: limit }, 'scans still running after the drain timeout: closing anyway');
+    await this.o.coordinator.close().catch(() => undefined);
     await this.http?.close();
     await this.server.close();
     this.peers.close();
-    await this.o.coordinator.close().catch(() => undefined);
-    for (const s of this.shards.values()) await s.replica.store.close().catch(() => undefined);
-    this.shards.clear();
+    for (const s of [...this.shards.values()]) await this.retire(s);
     this.log.info('snapshot reader stopped');
+  }
+}
+
+/**
+ * The items of `source`, failing with SHX_TIMEOUT when the next one takes longer than `ms`: a
+ * copy stream has no deadline of its own, and a leader that stops sending must not hold the
+ * requests waiting for the copy (they go to another reader) or the reader's drain.
+ */
+export async function* untilStalled<T>(source: AsyncGenerator<T>, ms: number, what: string): AsyncGenerator<T> {
+  let stuck = false;
+  try {
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const stalled = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          stuck = true;
+          reject(new ShardexError('SHX_TIMEOUT', `${what}: nothing received for ${ms} ms; the copy is given up and retried by the next request`));
+        }, ms);
+      });
+      let next: IteratorResult<T>;
+      try {
+        next = await Promise.race([source.next(), stalled]);
+      } finally {
+        clearTimeout(timer);
+      }
+      if (next.done) return;
+      yield next.value;
+    }
+  } finally {
+    // A stream still waiting cannot be returned now (its return queues behind the wait).
+    if (stuck) void source.next().then(() => source.return(undefined), () => undefined);
+    else await source.return(undefined);
   }
 }
 

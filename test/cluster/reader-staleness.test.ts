@@ -1,0 +1,93 @@
+// Issue 14, reader item 1: a reader never serves a copy checked more than the snapshot expiry
+// ago. The reader's clock is simulated (advanced by the test), so expiry needs no waiting; the
+// node, the leader and the wire are real.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../src/logger.js';
+import { PeerClients } from '../../src/transport/index.js';
+import type { ReaderAnswer } from '../../src/read/snapshot-reader.js';
+import type { StoredEntry } from '../../src/ulog/index.js';
+import { http, startCluster, type TestCluster } from '../support/cluster.js';
+
+const EXPIRY_MS = 5000;
+
+describe('a reader\'s copy past the snapshot expiry', () => {
+  let tc: TestCluster;
+  let peers: PeerClients;
+  let url: string;
+  let readerClock = 1_000_000;
+  beforeAll(async () => {
+    tc = await startCluster({ nodes: 1, readers: 1, readerOptions: { snapshotExpiryMs: EXPIRY_MS, now: () => readerClock } });
+    url = tc.urls[0]!;
+    const res = await http('POST', `${url}/api/collections`, { name: 'st', numShards: 1, replicationFactor: 1, autoCommit: 'off' });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    const r = tc.cluster.readers[0]!;
+    peers = new PeerClients({ resolve: () => r.grpcAddress, logger: silentLogger() });
+  });
+  afterAll(async () => {
+    peers?.close();
+    await tc?.stop();
+  });
+
+  /** An eventual get of `id` asked of the reader itself. */
+  const readerGet = (id: string): Promise<ReaderAnswer<Array<StoredEntry | null>>> =>
+    peers.call('reader1', 'get', { collection: 'st', shard: 'shard1', ids: [id], eventual: { busyTimeoutMs: 1000 } });
+  const refreshes = async (): Promise<number> => {
+    const text = (await http('GET', `${tc.cluster.readers[0]!.httpUrl}/metrics`)).body as string;
+    return Number(/shardex_reader_refreshes_total (\d+)/.exec(text)?.[1]);
+  };
+  const add = async (id: string): Promise<void> => {
+    expect((await http('POST', `${url}/api/collections/st/docs`, [{ id, title: id }])).status).toBe(200);
+  };
+  const commit = async (): Promise<number> => {
+    const res = await http('POST', `${url}/api/collections/st/commit`);
+    expect(res.status).toBe(200);
+    return res.body.commit.shard1.version as number;
+  };
+
+  it('refreshes before answering once the copy is expired: the issue\'s scenario', async () => {
+    await add('a');
+    const first = await readerGet('a');
+    expect(first).toMatchObject({ snapshot: 0, result: [null] });
+    const version = await commit();
+    readerClock += 8000;
+    // The very next read of the same reader: the copy is 8 s old, past the 5 s expiry.
+    const next = await readerGet('a');
+    expect(next.snapshot).toBe(version);
+    expect(next.result[0]?.id).toBe('a');
+  });
+
+  it('shares one refresh among the requests that find the copy expired', async () => {
+    await add('b');
+    const version = await commit();
+    readerClock += EXPIRY_MS + 1;
+    const before = await refreshes();
+    const answers = await Promise.all(Array.from({ length: 8 }, () => readerGet('b')));
+    for (const a of answers) expect(a).toMatchObject({ snapshot: version, result: [{ id: 'b' }] });
+    expect((await refreshes()) - before).toBe(1);
+  });
+
+  it('serves a copy inside the expiry as it is, and refreshes it ahead past half the expiry', async () => {
+    await add('c');
+    const held = (await readerGet('c')).snapshot;
+    const version = await commit();
+    readerClock += EXPIRY_MS / 2 + 1;
+    // Still inside the bound: answered from the copy held; a refresh starts behind it.
+    const inside = await readerGet('c');
+    expect(inside).toMatchObject({ snapshot: held, result: [null] });
+    const deadline = Date.now() + 10_000;
+    let seen = inside;
+    while (seen.snapshot !== version && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+      seen = await readerGet('c');
+    }
+    expect(seen).toMatchObject({ snapshot: version, result: [{ id: 'c' }] });
+  });
+
+  it('never serves an expired copy it cannot refresh: the leader is gone', async () => {
+    await tc.cluster.nodes[0]!.stop();
+    readerClock += EXPIRY_MS + 1;
+    const err = await readerGet('a').catch((e) => e);
+    expect(err.code).toBe('SHX_UNAVAILABLE');
+    expect(err.message).toMatch(/past the snapshot expiry of 5000 ms/);
+  });
+});
