@@ -102,9 +102,16 @@ export class ReadPath {
   private async onLeader<T>(collection: string, shard: string, method: 'get' | 'search', body: object, deadline: ReadDeadline): Promise<{ node: string; value: T }> {
     const leader = this.t.leader(collection, shard);
     if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
-    deadline.check(`before asking ${leader}`);
-    const value = await deadline.within(this.t.call<T>(leader, method, body, deadline.cap(READER_ANSWER_MS)), `waiting for ${leader}`);
-    return { node: leader, value };
+    const doing = `waiting for ${leader}`;
+    deadline.check(doing);
+    // The call's own timeout is what is left of the deadline; only a signal needs a race (no
+    // timer per read on the hot path).
+    const call = this.t.call<T>(leader, method, body, deadline.cap(READER_ANSWER_MS));
+    try {
+      return { node: leader, value: await (deadline.signal ? deadline.within(call, doing) : call) };
+    } catch (err) {
+      throw deadline.ended(doing) ?? err;
+    }
   }
 
   private onReader<T>(reader: string, method: 'get' | 'search', body: object, eventual: EventualOptions): Promise<ReaderAnswer<T>> {
