@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShardexClient } from '../src/client/index.js';
 import { buildHttp } from '../src/node/http/app.js';
 import { ApiKeyRing, keyDigest, loadApiKeys, parseApiKeys, type Access } from '../src/node/http/auth.js';
+import { checkOpenBinding, isLoopback } from '../src/node/run-node.js';
 import { KEYS, KEY_ROLES, bearer, keyEntries, startGuardedNode, type GuardedNode } from './support/guarded-node.js';
 
 const C = 'books';
@@ -192,6 +193,22 @@ describe('the keys file', () => {
   it('takes upper-case hex digests', () => {
     const ring = new ApiKeyRing(parseApiKeys([{ ...good, sha256: good.sha256.toUpperCase() }], 'keys.json'));
     expect(ring.authenticate('Bearer k')?.name).toBe('ops');
+  });
+});
+
+describe('a node without keys', () => {
+  it('starts only on a loopback address, or with --insecure', () => {
+    const open = { bodyLimit: 1024 };
+    for (const host of ['127.0.0.1', '127.8.9.10', 'localhost', '::1', '[::1]', '::ffff:127.0.0.1']) {
+      expect(isLoopback(host), host).toBe(true);
+      expect(() => checkOpenBinding(host, open, undefined)).not.toThrow();
+    }
+    for (const host of ['0.0.0.0', '::', '10.1.2.3', '::ffff:10.1.2.3', 'node1.example']) {
+      expect(isLoopback(host), host).toBe(false);
+      expect(() => checkOpenBinding(host, open, undefined)).toThrow(expect.objectContaining({ code: 'SHX_BAD_CONFIG', message: expect.stringContaining('--insecure') }));
+      expect(() => checkOpenBinding(host, open, true)).not.toThrow();
+      expect(() => checkOpenBinding(host, { ...open, apiKeys: keyEntries() }, undefined)).not.toThrow();
+    }
   });
 });
 

@@ -8,7 +8,7 @@ import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
-import { InvalidArgumentError, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import sjson from 'secure-json-parse';
 import { ShardexClient, type ClusterSnapshot, type NodeReadSlots, type ReadOptions, type WriteBatch } from '../client/index.js';
 import { isShardexError } from '../errors.js';
@@ -21,6 +21,7 @@ interface ConnectOptions {
   url: string;
   zk?: string;
   timeout?: number;
+  apiKey?: string;
 }
 
 const out = (text: string): boolean => process.stdout.write(text + '\n');
@@ -39,19 +40,21 @@ function consistencyArg(v: string): 'immediate' | 'eventual' {
   return v;
 }
 
-/** Adds --url / --zk / --timeout to a subcommand. */
+/** Adds --url / --zk / --timeout / --api-key to a subcommand. */
 function connected(cmd: Command): Command {
   return cmd
     .option('--url <url>', 'a node of the cluster (comma-separated for several)', DEFAULT_URL)
     .option('--zk <connect>', 'ZooKeeper connect string host:port[,host:port]/chroot (instead of --url)')
-    .option('--timeout <ms>', 'timeout of one HTTP request', intArg('--timeout', 1));
+    .option('--timeout <ms>', 'timeout of one HTTP request', intArg('--timeout', 1))
+    .addOption(new Option('--api-key <key>', 'API key for nodes that run with --api-keys (better: the environment variable, which ps does not show)').env('SHARDEX_API_KEY'));
 }
 
 function makeClient(cmd: Command, o: ConnectOptions): ShardexClient {
   if (o.zk !== undefined && cmd.getOptionValueSource('url') === 'cli') {
     cmd.error('error: give either --url or --zk, not both', { exitCode: 2, code: 'shardex.usage' });
   }
-  const common = { refreshIntervalMs: 0, ...(o.timeout !== undefined && { requestTimeoutMs: o.timeout }) };
+  if (o.apiKey === '') cmd.error('error: --api-key (or SHARDEX_API_KEY) is empty; give the key, or leave it unset for nodes without --api-keys', { exitCode: 2, code: 'shardex.usage' });
+  const common = { refreshIntervalMs: 0, ...(o.timeout !== undefined && { requestTimeoutMs: o.timeout }), ...(o.apiKey !== undefined && { apiKey: o.apiKey }) };
   return o.zk !== undefined ? new ShardexClient({ zk: o.zk, ...common }) : new ShardexClient({ urls: o.url, ...common });
 }
 

@@ -1,14 +1,15 @@
 // `shardex`: one CLI for running nodes, the local dev cluster, and routing look-ups.
 // Exit codes: 0 ok, 1 failure, 2 usage.
 import { resolve } from 'node:path';
-import { Command, CommanderError, InvalidArgumentError } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { formatRange, parseRouterName, partitionRange, routeId } from '../hashrange/index.js';
 import { ShardexError } from '../errors.js';
 import { wipeDataDir } from './dev-data.js';
 import { ThreadedDevCluster } from './dev-threads.js';
 import { createLogger } from '../logger.js';
 import { registerClientCommands } from './cli-client.js';
-import { readBalanceOptions, runNode, runReader, type ReadBalanceFlags, type RunNodeOptions, type RunReaderOptions } from './run-node.js';
+import { LIMITS } from './http/limits.js';
+import { httpSettings, readBalanceOptions, runNode, runReader, type HttpFlags, type ReadBalanceFlags, type RunNodeOptions, type RunReaderOptions } from './run-node.js';
 
 const out = (line: string): void => void process.stdout.write(line + '\n');
 
@@ -40,6 +41,15 @@ function readBalanceFlags(cmd: Command): Command {
     .option('--read-queue-size <n>', "reads that may wait in each priority's queue (default 100)", intArg('--read-queue-size', 0, 1_000_000));
 }
 
+/** `--api-keys` and every limit (http/limits.ts): `shardex node` and `shardex dev` take them alike. */
+function httpFlags(cmd: Command): Command {
+  cmd.addOption(
+    new Option('--api-keys <file>', 'JSON file of API keys [{"name","sha256","roles"}]: every endpoint but /health then needs "Authorization: Bearer KEY"').env('SHARDEX_API_KEYS_FILE'),
+  );
+  for (const l of Object.values(LIMITS)) cmd.option(`${l.flag} <n>`, `limit: ${l.unit} (default ${l.default})`, intArg(l.flag, l.min, l.max));
+  return cmd;
+}
+
 const program = new Command('shardex')
   .description('Shardex: a sharded, replicated document index')
   .exitOverride()
@@ -67,7 +77,7 @@ program
     for (const r of partitionRange(o.shards, o.router)) out(`${r.name} ${formatRange(r)}`);
   });
 
-readBalanceFlags(program.command('dev'))
+httpFlags(readBalanceFlags(program.command('dev')))
   .description('start a local cluster: several nodes on loopback with embedded coordination, kept in the data dir')
   .option('--nodes <n>', 'number of nodes', intArg('--nodes', 1, 32), 3)
   .option('--port <port>', 'HTTP port of the first node (the others follow; 0 = any free ports)', intArg('--port', 0, 65000), 8983)
@@ -77,8 +87,9 @@ readBalanceFlags(program.command('dev'))
   .option('--replicas <n>', 'replication factor of "docs", when it is created', intArg('--replicas', 1, 32), 2)
   .option('--readers <n>', 'snapshot readers to start (default group)', intArg('--readers', 0, 32), 0)
   .option(WRITE_BUFFER_FLAG, WRITE_BUFFER_HELP, writeBufferArg)
-  .action(async (o: { nodes: number; port: number; data: string; reset?: boolean; shards: number; replicas: number; readers: number; writeBufferMb?: number } & ReadBalanceFlags) => {
+  .action(async (o: { nodes: number; port: number; data: string; reset?: boolean; shards: number; replicas: number; readers: number; writeBufferMb?: number } & ReadBalanceFlags & HttpFlags) => {
     const readBalance = readBalanceOptions(o);
+    const http = await httpSettings(o);
     const dataDir = resolve(o.data);
     // Before the logger: its file is in the data dir.
     if (o.reset) out((await wipeDataDir(dataDir)) ? `--reset: wiped ${dataDir} (every collection and document that was in it)` : `--reset: ${dataDir} did not exist, nothing to wipe`);
@@ -96,6 +107,7 @@ readBalanceFlags(program.command('dev'))
       snapshotExpiryMs: 5000,
       ...(o.writeBufferMb !== undefined && { writeBufferMb: o.writeBufferMb }),
       readBalance,
+      http,
       collection: { name: 'docs', numShards: o.shards, replicationFactor: replicas, router: 'compositeId', autoCommitMs: 15_000 },
     });
     const shutdown = async (): Promise<void> => {
@@ -123,10 +135,13 @@ readBalanceFlags(program.command('dev'))
     if (cluster.restored.includes('docs') && docs && (docs.shards !== o.shards || docs.replicas !== replicas)) {
       out(`  ("docs" is kept as it was created; --shards and --replicas apply when it is created)`);
     }
+    const auth = http.apiKeys === undefined ? '' : ` -H "authorization: Bearer $SHARDEX_API_KEY"`;
+    if (http.apiKeys === undefined) out('authentication: OFF, the cluster is open (anyone who can reach these ports may read, write and delete); give --api-keys FILE to require keys');
+    else out(`authentication: ON, ${http.apiKeys.length} API key(s) from ${o.apiKeys}; send "Authorization: Bearer KEY" (the CLI: --api-key or SHARDEX_API_KEY)`);
     out('try:');
-    out(`  curl -s -XPOST '${first}/api/collections/docs/docs' -H 'content-type: application/json' -d '[{"id":"1","title":"hello shardex"}]'`);
-    out(`  curl -s '${first}/api/collections/docs/docs/1'`);
-    out(`  curl -s '${first}/api/cluster'`);
+    out(`  curl -s -XPOST '${first}/api/collections/docs/docs'${auth} -H 'content-type: application/json' -d '[{"id":"1","title":"hello shardex"}]'`);
+    out(`  curl -s '${first}/api/collections/docs/docs/1'${auth}`);
+    out(`  curl -s '${first}/api/cluster'${auth}`);
     out('press Ctrl-C to stop');
   });
 
@@ -145,7 +160,8 @@ function clusterProcess(name: string, description: string, what: string, default
     .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000);
 }
 
-readBalanceFlags(clusterProcess('node', 'start one node of a cluster coordinated by ZooKeeper', 'node', { port: 8983, data: './data' }))
+httpFlags(readBalanceFlags(clusterProcess('node', 'start one node of a cluster coordinated by ZooKeeper', 'node', { port: 8983, data: './data' })))
+  .option('--insecure', 'serve without --api-keys on a --host other machines can reach (refused otherwise)')
   .option('--log-retention <n>', 'update-log entries kept per shard for peer sync', intArg('--log-retention', 100, 100_000_000), 100_000)
   .option(WRITE_BUFFER_FLAG, WRITE_BUFFER_HELP, writeBufferArg)
   .action(async (o: RunNodeOptions) => {

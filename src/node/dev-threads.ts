@@ -2,6 +2,7 @@
 // worker thread, all around one embedded coordinator in the main thread, whose tree is kept under
 // <dataDir>/coordinator (dev-data.ts) so that a restart finds every collection again. Nodes talk
 // real HTTP and gRPC on loopback, exactly as separate processes would.
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
@@ -11,7 +12,8 @@ import type { CollectionSpec } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import type { DevWorkerData, DevWorkerMessage } from './dev-worker.js';
-import type { ReadBalanceOptions } from './shardex-node.js';
+import { keyDigest } from './http/auth.js';
+import type { ReadBalanceOptions, ShardexNodeOptions } from './shardex-node.js';
 
 export interface ThreadedDevClusterOptions {
   readonly nodes: number;
@@ -29,6 +31,8 @@ export interface ThreadedDevClusterOptions {
   readonly writeBufferMb?: number;
   /** Every node's read balancer: default priority, queue size. */
   readonly readBalance?: ReadBalanceOptions;
+  /** Every node's HTTP settings: API keys, limits. */
+  readonly http?: ShardexNodeOptions['http'];
 }
 
 interface Member {
@@ -56,9 +60,22 @@ export class ThreadedDevCluster {
   readonly collections = new Map<string, CollectionLayout>();
   private readonly o: ThreadedDevClusterOptions;
   private coordinator: MemoryZNodeServer | undefined;
+  /** The nodes' HTTP settings, with this process's own key when keys are required. */
+  private readonly http: ShardexNodeOptions['http'];
+  /** Headers of this process's own requests (the cluster view, creating the collection). */
+  private readonly headers: Record<string, string> = {};
 
   constructor(opts: ThreadedDevClusterOptions) {
     this.o = opts;
+    const keys = opts.http?.apiKeys;
+    if (keys === undefined) {
+      this.http = opts.http;
+    } else {
+      // The starter's own key: random, held only in this process's memory, never printed.
+      const key = randomBytes(32).toString('hex');
+      this.headers.authorization = `Bearer ${key}`;
+      this.http = { ...opts.http, apiKeys: [...keys, { name: 'shardex-dev (internal)', sha256: keyDigest(key).toString('hex'), roles: ['admin'] }] };
+    }
   }
 
   /** The embedded coordinator; opened by start(). */
@@ -91,6 +108,7 @@ export class ThreadedDevCluster {
       ...(this.o.snapshotExpiryMs !== undefined && { snapshotExpiryMs: this.o.snapshotExpiryMs }),
       ...(this.o.writeBufferMb !== undefined && { writeBufferMb: this.o.writeBufferMb }),
       ...(kind === 'node' && this.o.readBalance && { readBalance: this.o.readBalance }),
+      ...(kind === 'node' && this.http && { http: this.http }),
       port: port2,
     };
     // A larger young generation: ingest allocates many short-lived objects per document, and
@@ -133,13 +151,13 @@ export class ThreadedDevCluster {
     for (let i = 0; i < this.o.readers; i++) await this.startMember('reader', i);
     const spec = this.o.collection;
     const first = this.nodes[0]!.http;
-    const res = await fetch(`${first}/api/cluster`);
+    const res = await fetch(`${first}/api/cluster`, { headers: this.headers });
     const view = (await res.json()) as { collections: Record<string, unknown> };
     const names = Object.keys(view.collections);
     if (spec && !names.includes(spec.name)) {
       const created = await fetch(`${first}/api/collections`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { ...this.headers, 'content-type': 'application/json' },
         body: JSON.stringify({ name: spec.name, numShards: spec.numShards, replicationFactor: spec.replicationFactor, router: spec.router }),
       });
       if (created.status !== 201) throw new ShardexError('SHX_INTERNAL', `could not create collection ${spec.name}: ${await created.text()}`);
@@ -156,7 +174,7 @@ export class ThreadedDevCluster {
     const deadline = Date.now() + START_TIMEOUT_MS;
     type View = { collections: Record<string, { shards: Record<string, { leader: string | null; replicas: Array<{ state: string }> }> }> };
     const settled = async (url: string): Promise<boolean> => {
-      const view = (await (await fetch(`${url}/api/cluster`)).json()) as View;
+      const view = (await (await fetch(`${url}/api/cluster`, { headers: this.headers })).json()) as View;
       return collections.every((c) => {
         const shards = Object.values(view.collections[c]?.shards ?? {});
         if (shards.length === 0 || !shards.every((s) => s.leader !== null && s.replicas.every((r) => r.state === 'active'))) return false;

@@ -5,7 +5,7 @@ import { ClusterCoordinator } from '../coordination/cluster.js';
 import { PortZNodeStore } from '../coordination/port-store.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
 import { createLogger } from '../logger.js';
-import { ShardexNode, type ReadBalanceOptions } from './shardex-node.js';
+import { ShardexNode, type ReadBalanceOptions, type ShardexNodeOptions } from './shardex-node.js';
 
 export interface DevWorkerData {
   readonly kind: 'node' | 'reader';
@@ -18,6 +18,7 @@ export interface DevWorkerData {
   readonly snapshotExpiryMs?: number;
   readonly writeBufferMb?: number;
   readonly readBalance?: ReadBalanceOptions;
+  readonly http?: ShardexNodeOptions['http'];
   readonly port: MessagePort;
 }
 
@@ -31,7 +32,12 @@ async function main(): Promise<void> {
   const common = { name: d.name, host: d.host, httpPort: d.httpPort, grpcPort: d.grpcPort, dataDir: d.dataDir, coordinator, logger };
   const server =
     d.kind === 'node'
-      ? new ShardexNode({ ...common, ...(d.writeBufferMb !== undefined && { writeBufferMb: d.writeBufferMb }), ...(d.readBalance && { readBalance: d.readBalance }) })
+      ? new ShardexNode({
+          ...common,
+          ...(d.writeBufferMb !== undefined && { writeBufferMb: d.writeBufferMb }),
+          ...(d.readBalance && { readBalance: d.readBalance }),
+          ...(d.http && { http: d.http }),
+        })
       : new SnapshotReader({ ...common, ...(d.snapshotExpiryMs !== undefined && { snapshotExpiryMs: d.snapshotExpiryMs }) });
   parent.on('message', (m: { type: string }) => {
     if (m.type !== 'stop') return;

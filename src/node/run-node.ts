@@ -1,4 +1,5 @@
 // `shardex node` and `shardex reader`: one process of a ZooKeeper-coordinated cluster each.
+import { isIP } from 'node:net';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
@@ -6,7 +7,9 @@ import { ZooKeeperStore } from '../coordination/zookeeper-store.js';
 import { ShardexError } from '../errors.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
 import { createLogger } from '../logger.js';
-import { ShardexNode, checkReadBalanceOptions, type ReadBalanceOptions } from './shardex-node.js';
+import { ShardexNode, checkReadBalanceOptions, type ReadBalanceOptions, type ShardexNodeOptions } from './shardex-node.js';
+import { loadApiKeys } from './http/auth.js';
+import { LIMITS, resolveLimits, type LimitName } from './http/limits.js';
 
 /** What every cluster process is told: where ZooKeeper is, and where it listens. */
 export interface ProcessOptions {
@@ -21,9 +24,50 @@ export interface ProcessOptions {
   readonly zkTimeout: number;
 }
 
-export interface RunNodeOptions extends ProcessOptions, ReadBalanceFlags {
+export interface RunNodeOptions extends ProcessOptions, ReadBalanceFlags, HttpFlags {
   readonly logRetention?: number;
   readonly writeBufferMb?: number;
+  /** Serve without API keys on a non-loopback --host (refused otherwise). */
+  readonly insecure?: boolean;
+}
+
+/** `--api-keys` and the limit flags (`--max-...`), taken by `shardex node` and `shardex dev`. */
+export type HttpFlags = { readonly apiKeys?: string } & { readonly [K in LimitName]?: number };
+
+export type HttpSettings = NonNullable<ShardexNodeOptions['http']>;
+
+/** The node's HTTP settings from its flags: keys file read and checked, limits resolved (SHX_BAD_CONFIG naming the flag). */
+export async function httpSettings(o: HttpFlags): Promise<HttpSettings> {
+  const given: Partial<Record<LimitName, number>> = {};
+  for (const name of Object.keys(LIMITS) as LimitName[]) if (o[name] !== undefined) given[name] = o[name];
+  const { maxBodyBytes, ...limits } = resolveLimits(given);
+  // An empty variable (compose's `${KEYS:-}`) is a mistake to say, not a reason to run open.
+  if (o.apiKeys === '') throw new ShardexError('SHX_BAD_CONFIG', '--api-keys (or SHARDEX_API_KEYS_FILE) is empty: give the path of the keys file, or leave it unset to run without keys');
+  const apiKeys = o.apiKeys === undefined ? undefined : await loadApiKeys(o.apiKeys);
+  return { bodyLimit: maxBodyBytes, limits, ...(apiKeys && { apiKeys }) };
+}
+
+/** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: only this machine can connect. */
+export function isLoopback(host: string): boolean {
+  const h = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+  if (h === 'localhost') return true;
+  if (isIP(h) === 4) return h.startsWith('127.');
+  if (isIP(h) !== 6) return false;
+  // The URL parser writes an IPv6 address in its one short form (::ffff:127.0.0.1 as ::ffff:7f00:1).
+  const short = new URL(`http://[${h}]`).hostname;
+  return short === '[::1]' || short.startsWith('[::ffff:7f');
+}
+
+/**
+ * A node open to the network serves anyone who reaches it: every collection read, written,
+ * deleted. That takes --insecure, said on purpose.
+ */
+export function checkOpenBinding(host: string, http: HttpSettings, insecure: boolean | undefined): void {
+  if (http.apiKeys !== undefined || insecure || isLoopback(host)) return;
+  throw new ShardexError(
+    'SHX_BAD_CONFIG',
+    `--host ${host} is reachable from other machines and no --api-keys are given: anyone who reaches the port could read, write and delete every collection. Give --api-keys FILE (or SHARDEX_API_KEYS_FILE), bind a loopback --host, or pass --insecure to run open on purpose`,
+  );
 }
 
 /** `--read-priority` and `--read-queue-size`, taken by `shardex node` and `shardex dev`. */
@@ -92,18 +136,22 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
   return server;
 }
 
-export function runNode(o: RunNodeOptions): Promise<ShardexNode> {
+export async function runNode(o: RunNodeOptions): Promise<ShardexNode> {
   // Before connecting anywhere: a bad flag is a usage error.
   const readBalance = readBalanceOptions(o);
-  return runProcess(o, (ctx) =>
-    new ShardexNode({
+  const http = await httpSettings(o);
+  checkOpenBinding(o.host, http, o.insecure);
+  return runProcess(o, (ctx) => {
+    if (http.apiKeys === undefined) ctx.logger.warn({ host: o.host, insecure: o.insecure === true }, 'no --api-keys: the HTTP API is open to anyone who can reach it');
+    return new ShardexNode({
       ...ctx,
       httpPort: o.port,
       readBalance,
+      http,
       ...(o.logRetention !== undefined && { logRetention: o.logRetention }),
       ...(o.writeBufferMb !== undefined && { writeBufferMb: o.writeBufferMb }),
-    }),
-  );
+    });
+  });
 }
 
 export function runReader(o: RunReaderOptions): Promise<SnapshotReader> {
