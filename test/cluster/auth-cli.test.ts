@@ -2,46 +2,20 @@
 // --api-keys requiring keys (its own start-up requests included); the client commands send
 // --api-key or SHARDEX_API_KEY; `shardex node` refuses to start open on an address other
 // machines reach, and refuses a bad keys file or limit naming the flag.
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { assertBuilt, runCli as run } from '../support/cli-run.js';
 import { http } from '../support/cluster.js';
 import { killAllDev, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
 import { KEYS, bearer, keyEntries } from '../support/guarded-node.js';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = join(ROOT, 'bin/shardex.js');
-
-interface Run {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-function run(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  const { SHARDEX_API_KEY: _key, SHARDEX_API_KEYS_FILE: _file, ...inherited } = process.env;
-  const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...inherited, ...env } });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-  child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-  return new Promise((resolve, reject) => {
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
 
 let dir: string;
 let keysFile: string;
 
 beforeAll(async () => {
+  for (const rel of ['node/cli.ts', 'node/run-node.ts', 'node/http/auth.ts', 'node/dev-threads.ts']) await assertBuilt(rel);
   dir = await mkdtemp(join(tmpdir(), 'shardex-auth-cli-'));
   keysFile = join(dir, 'keys.json');
   await writeFile(keysFile, JSON.stringify(keyEntries()));
