@@ -1,11 +1,13 @@
 // `npm start` again on the same data dir (issue 11, must-show 1): the embedded coordinator keeps
 // its tree under <dataDir>/coordinator, so a collection a user created, its documents and its
-// search results come back after kill -9 and after Ctrl-C; a damaged coordinator file is refused
+// search results come back after kill -9 and after Ctrl-C (then from each replica's index segment,
+// re-reading no document); a damaged index segment is rebuilt; a damaged coordinator file is refused
 // with a message that names it and says what to do; `--reset` wipes the data dir on purpose.
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SEGMENT_FILE } from '../../src/distrib/index-persistence.js';
 import { http } from '../support/cluster.js';
 import { killAllDev, killDev, runDevUntilExit, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
 
@@ -43,6 +45,19 @@ async function searchAll(url: string): Promise<Record<string, string[]>> {
     found[w] = (r.body.hits as Array<{ id: string }>).map((h) => h.id).sort();
   }
   return found;
+}
+
+/** The dev cluster's log (appended by every run) and how long it is now. */
+const logOf = (dataDir: string): string => join(dataDir, 'shardex.log');
+const logLength = async (dataDir: string): Promise<number> => (await readFile(logOf(dataDir)).catch(() => Buffer.alloc(0))).length;
+
+/** The 'replica opened' lines the books replicas logged after byte `from` of the log (how each index came back). */
+async function replicaOpenings(dataDir: string, from: number): Promise<Array<Record<string, unknown>>> {
+  const text = (await readFile(logOf(dataDir))).subarray(from).toString('utf8');
+  return text
+    .split('\n')
+    .filter((l) => l.includes('"msg":"replica opened"') && l.includes('"replica":"books/'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
 async function expectAllBack(dev: DevProcess, count: number, searches: Record<string, string[]>): Promise<void> {
@@ -92,8 +107,31 @@ describe('shardex dev on the data dir of a previous run', () => {
       return s[WORDS[0]!]!.length === 50 ? s : undefined;
     });
     expect(await stopDev(dev!)).toBe(0);
+    const from = await logLength(dataDir);
     dev = await start();
     await expectAllBack(dev, 250, more);
+    // A clean stop wrote every replica's index segment: each opened from it and re-read nothing.
+    const opened = await replicaOpenings(dataDir, from);
+    expect(opened).toHaveLength(4);
+    for (const o of opened) expect(o).toMatchObject({ index: 'loaded', replayed: 0 });
+  });
+
+  it('detects a damaged index segment, rebuilds that replica from its documents and answers as before', async () => {
+    const before = await searchAll(dev!.urls[0]!);
+    expect(await stopDev(dev!)).toBe(0);
+    const segments = (await readdir(dataDir, { recursive: true })).filter((f) => f.endsWith(SEGMENT_FILE) && f.includes('books'));
+    expect(segments).toHaveLength(4);
+    const damaged = join(dataDir, segments[0]!);
+    const bytes = await readFile(damaged);
+    bytes[bytes.length - 64] ^= 0xff;
+    await writeFile(damaged, bytes);
+    const from = await logLength(dataDir);
+    dev = await start();
+    await expectAllBack(dev, 250, before);
+    const opened = await replicaOpenings(dataDir, from);
+    expect(opened.filter((o) => o.index === 'rebuilt')).toHaveLength(1);
+    expect(opened.filter((o) => o.index === 'rebuilt')[0]).toMatchObject({ problem: expect.stringMatching(/checksum/) });
+    expect(opened.filter((o) => o.index === 'loaded')).toHaveLength(3);
   });
 
   it('refuses a damaged coordinator file, naming it and saying what to do, and leaves it as it is', async () => {
