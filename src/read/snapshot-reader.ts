@@ -249,11 +249,13 @@ export class SnapshotReader {
    */
   private async acquire(collection: string, shard: string, minVersion?: number): Promise<CachedShard> {
     const key = `${collection}/${shard}`;
+    const arrived = this.now();
     let cached = this.hold(this.shards.get(key) ?? (await this.loadOnce(collection, shard)));
     try {
       const behind = (c: CachedShard): boolean => minVersion !== undefined && c.commit.version < minVersion;
-      const age = this.now() - cached.checkedAt;
-      if (age > this.expiryMs || behind(cached)) {
+      // Checked at most the expiry before this request started: it holds every commit acknowledged before then.
+      const fresh = (c: CachedShard): boolean => arrived - c.checkedAt <= this.expiryMs;
+      const refreshed = async (): Promise<unknown> => {
         const failure = await this.refreshOnce(cached, collection, shard).then(
           () => undefined,
           (err: unknown) => err,
@@ -264,16 +266,21 @@ export class SnapshotReader {
           this.release(cached);
           cached = this.hold(current);
         }
-        const stale = this.now() - cached.checkedAt;
-        if (stale > this.expiryMs) {
+        return failure;
+      };
+      if (!fresh(cached) || behind(cached)) {
+        let failure = await refreshed();
+        // The refresh shared may have asked the leader before this request started: ask again.
+        if (failure === undefined && !fresh(cached)) failure = await refreshed();
+        if (!fresh(cached)) {
           const why = failure instanceof Error ? failure.message : 'the refresh did not complete';
           throw new ShardexError(
             'SHX_UNAVAILABLE',
-            `reader ${this.name} cannot serve ${key}: its copy was checked ${Math.round(stale)} ms ago, past the snapshot expiry of ${this.expiryMs} ms, and refreshing it failed (${why}); another reader or the leader will serve`,
+            `reader ${this.name} cannot serve ${key}: its copy was checked ${Math.round(arrived - cached.checkedAt)} ms before the request, more than the snapshot expiry of ${this.expiryMs} ms, and refreshing it failed (${why}); another reader or the leader will serve`,
             failure === undefined ? undefined : { cause: failure },
           );
         }
-      } else if (age > this.expiryMs / 2) {
+      } else if (arrived - cached.checkedAt > this.expiryMs / 2) {
         void this.refreshOnce(cached, collection, shard).catch(() => undefined);
       }
       if (behind(cached)) {
