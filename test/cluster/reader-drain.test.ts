@@ -68,10 +68,20 @@ describe('draining readers', () => {
     let reading = true;
     const readerLoop = async (w: number): Promise<void> => {
       for (let i = 0; reading; i++) {
-        const id = IDS[(w + i) % IDS.length]!;
         const sentAt = performance.now();
-        const r = await http('GET', `${url}/api/collections/dr/docs/${id}?consistency=eventual&timeoutMs=20000`);
-        answers.push({ status: r.status, sentAt, n: r.body?.n, ...(r.status !== 200 && { body: r.body }), servedBy: JSON.parse(r.headers.get('x-shardex-served-by') ?? 'null') });
+        if (w % 2 === 0) {
+          const id = IDS[(w + i) % IDS.length]!;
+          const r = await http('GET', `${url}/api/collections/dr/docs/${id}?consistency=eventual&timeoutMs=20000`);
+          answers.push({ status: r.status, sentAt, n: r.body?.n, ...(r.status !== 200 && { body: r.body }), servedBy: JSON.parse(r.headers.get('x-shardex-served-by') ?? 'null') });
+        } else {
+          // A search: every phase of each shard on one reader, restarted elsewhere if that reader starts draining.
+          const r = await http('GET', `${url}/api/collections/dr/search?q=*&limit=8&fields=n&consistency=eventual&timeoutMs=20000`);
+          const ok = r.status === 200 && r.body.total === IDS.length && r.body.hits.length === IDS.length;
+          for (const shard of Object.values((r.body?.servedBy ?? {}) as Record<string, { node: string; busy: number; fallback: boolean }>)) {
+            for (const h of r.body.hits as Array<{ n: number }>) answers.push({ status: ok ? 200 : r.status || 500, sentAt, n: h.n, servedBy: shard });
+          }
+          if (!ok) answers.push({ status: r.status === 200 ? 500 : r.status, sentAt, n: -1, body: r.body, servedBy: { node: '?', busy: 0, fallback: false } });
+        }
         // Irregular gaps: a reader's copy of a shard is not asked for a while, then asked again.
         await new Promise((res) => setTimeout(res, Math.random() * 300));
       }
