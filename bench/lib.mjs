@@ -198,7 +198,7 @@ process.once('SIGINT', () => process.exit(130));
 /**
  * Starts `node bin/shardex.js <args>` (`node`, `reader`: commands that print one JSON line
  * `{"ready":true,...}` when they serve) as its own process; resolves with that line's fields
- * once it is printed. Its output is drained (a full pipe would stall it) and the last 100 lines
+ * once it is printed. Its output is drained (a full pipe would stall it) and the last 2,000 lines
  * kept (`output()`) for error messages. `stop()` sends SIGTERM, then SIGKILL after `graceMs`, to its pid only.
  */
 export async function startProcess(args, { env = {}, timeoutMs = 60_000, graceMs = 10_000 } = {}) {
@@ -219,7 +219,7 @@ export async function startProcess(args, { env = {}, timeoutMs = 60_000, graceMs
     for (const line of parts) {
       if (!line.trim()) continue;
       lines.push(line.slice(0, 500));
-      if (lines.length > 100) lines.shift();
+      if (lines.length > 2000) lines.shift();
       onLine(line);
     }
   };

@@ -68,6 +68,8 @@ async function restartAll(cluster, expected) {
 
 export async function run(rest) {
   const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000 });
+  // The nodes log at info, so that each replica's open and recovery can be printed.
+  process.env.SHARDEX_LOG_LEVEL ??= 'info';
   const sizes = String(a.docs).split(',').map(Number);
   const rows = [];
   for (const n of sizes) {
