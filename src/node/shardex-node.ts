@@ -43,6 +43,8 @@ export interface ShardexNodeOptions {
   readonly logger: Logger;
   /** Largest accepted HTTP body (Elasticsearch's http.max_content_length: 100 MiB). */
   readonly bodyLimit?: number;
+  /** The secret every gRPC call between nodes and readers carries (`--cluster-secret-file`); none: calls are not checked. */
+  readonly clusterSecret?: string;
   /** More HTTP settings (authentication, limits: see http/app.ts), given to the HTTP layer as they are. */
   readonly http?: Partial<Omit<HttpOptions, 'logger'>>;
   readonly maxInFlight?: number;
@@ -230,6 +232,7 @@ export class ShardexNode {
       resolve: (node) => this.coordinator.liveNodes().find((n) => n.name === node)?.grpc,
       logger: this.log,
       ...(opts.callTimeoutMs !== undefined && { callTimeoutMs: opts.callTimeoutMs }),
+      ...(opts.clusterSecret !== undefined && { secret: opts.clusterSecret }),
     });
     this.distributor = new CommandDistributor({
       transport: this.peers,
@@ -287,6 +290,7 @@ export class ShardexNode {
         copyShard: (req) => this.onPeerCopy(req),
       },
       this.log,
+      { ...(opts.clusterSecret !== undefined && { secret: opts.clusterSecret }) },
     );
   }
 
@@ -749,7 +753,7 @@ export class ShardexNode {
       return entry && entry.doc !== null ? { entry, shard } : undefined;
     }
     return this.balanced([shard], opts, async (permit) => {
-      const { entries, servedBy } = await this.readPath.get(collection, shard, [id], pathOptions(opts, permit));
+      const { entries, servedBy } = await this.readPath.get(collection, shard, [id], pathOptions(opts, permit, this.readTimeoutMs));
       const entry = entries[0];
       const placed = balanceInfo(permit);
       if (entry && entry.doc !== null) return { entry, shard, ...(servedBy && { servedBy }), ...(placed && { readBalance: placed }) };
@@ -942,7 +946,7 @@ export class ShardexNode {
     const shards = state.shards.map((s) => s.name);
     return this.balanced(shards, opts, async (permit) => {
       const servedBy: Record<string, ServedBy> = {};
-      const searchers = this.readPath.searchers(collection, shards, pathOptions(opts, permit), servedBy);
+      const searchers = this.readPath.searchers(collection, shards, pathOptions(opts, permit, this.readTimeoutMs), servedBy);
       const res = await distributedSearch(this.schemaOf(collection), searchers, params);
       const placed = balanceInfo(permit);
       return { ...res, ...(opts.consistency === 'eventual' && { servedBy }), ...(placed && { readBalance: placed }) };
@@ -1087,12 +1091,14 @@ function readBalancer(
 }
 
 /** The read-path options of a read the balancer let through: its targets, when it was placed. */
-function pathOptions(opts: ReadOptions, permit: ReadPermit): PathReadOptions {
+function pathOptions(opts: ReadOptions, permit: ReadPermit, defaultTimeoutMs: number): PathReadOptions {
   return {
     ...(opts.consistency !== undefined && { consistency: opts.consistency }),
     ...(opts.scanType !== undefined && { scanType: opts.scanType }),
     ...(opts.minVersion !== undefined && { minVersion: opts.minVersion }),
     ...(permit.balanced && { targets: permit.targets }),
+    // The read's one deadline: what the balancer's queue left of it, else its own timeoutMs.
+    timeoutMs: permit.balanced ? Math.max(1, permit.deadline - performance.now()) : (opts.timeoutMs ?? defaultTimeoutMs),
   };
 }
 

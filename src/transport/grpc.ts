@@ -2,7 +2,10 @@
 // client side (one channel and one long-lived update stream per destination node). Every
 // request is checked against its RPC's schema (schemas.ts) before a handler sees it.
 // ShardexError crosses the wire as a gRPC status plus the `shx-code` metadata entry, and is
-// rebuilt on the other side; a broken channel becomes a transient SHX_UNAVAILABLE.
+// rebuilt on the other side; a broken channel becomes a transient SHX_UNAVAILABLE. With a cluster
+// secret, every call carries it (`shx-secret` metadata) and the server refuses, before anything
+// else, every call that does not (UNAUTHENTICATED, SHX_UNAUTHORIZED).
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -73,11 +76,26 @@ const CHANNEL_OPTIONS: grpc.ChannelOptions = {
   'grpc.max_reconnect_backoff_ms': 1000,
 };
 
+const SECRET_KEY = 'shx-secret';
+
+/** Compares a call's secret with the cluster's in constant time (of their SHA-256 digests). */
+function secretChecker(secret: string | undefined): (metadata: grpc.Metadata) => ShardexError | undefined {
+  if (secret === undefined) return () => undefined;
+  const want = createHash('sha256').update(secret).digest();
+  return (metadata) => {
+    const got = metadata.get(SECRET_KEY)[0];
+    const digest = createHash('sha256').update(typeof got === 'string' ? got : '').digest();
+    if (typeof got === 'string' && timingSafeEqual(digest, want)) return undefined;
+    return new ShardexError('SHX_UNAUTHORIZED', `this call does not carry the cluster secret: give every node and reader the same --cluster-secret-file`);
+  };
+}
+
 const toJson = (v: unknown): Buffer => Buffer.from(JSON.stringify(v ?? null));
 const fromJson = <T>(b: Buffer | undefined): T => (b && b.length > 0 ? (JSON.parse(b.toString('utf8')) as T) : (undefined as T));
 
 function statusOf(err: ShardexError): grpc.status {
   if (err.code === 'SHX_BUSY') return grpc.status.RESOURCE_EXHAUSTED;
+  if (err.code === 'SHX_UNAUTHORIZED') return grpc.status.UNAUTHENTICATED;
   if (err.status === 404) return grpc.status.NOT_FOUND;
   if (err.status >= 400 && err.status < 500) return grpc.status.INVALID_ARGUMENT;
   if (err.retryable) return grpc.status.UNAVAILABLE;
@@ -151,16 +169,24 @@ export function decodeUpdate(w: WireShardUpdate): ShardUpdate {
   };
 }
 
+export interface PeerServerOptions {
+  /** The cluster secret every call must carry; none: calls are not checked. */
+  readonly secret?: string;
+}
+
 export class PeerServer {
   private readonly server = new grpc.Server(CHANNEL_OPTIONS);
   private port = 0;
 
-  constructor(handlers: PeerHandlers, log: Logger) {
+  constructor(handlers: PeerHandlers, log: Logger, opts: PeerServerOptions = {}) {
+    const refused = secretChecker(opts.secret);
     const unary =
       <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>) =>
       (call: grpc.ServerUnaryCall<JsonMessage, JsonMessage>, cb: grpc.sendUnaryData<JsonMessage>): void => {
         let req: z.infer<S>;
         try {
+          const problem = refused(call.metadata);
+          if (problem) throw problem;
           req = checked(method, schema, call.request.body);
         } catch (err) {
           return cb(toServiceError(err));
@@ -172,6 +198,13 @@ export class PeerServer {
       };
     this.server.addService(service().def, {
       updates: (call: grpc.ServerDuplexStream<WireFrame, WireAck>) => {
+        const problem = refused(call.metadata);
+        if (problem) {
+          call.on('error', () => undefined);
+          // Emitting the error sends it as the call's status (destroy() would leave the client waiting).
+          call.emit('error', toServiceError(problem));
+          return;
+        }
         call.on('data', (frame: WireFrame) => {
           void Promise.all(
             frame.updates.map(async (w): Promise<WireResult> => {
@@ -199,13 +232,16 @@ export class PeerServer {
       copyShard: (call: grpc.ServerWritableStream<JsonMessage, JsonMessage>) => {
         void (async () => {
           try {
+            const problem = refused(call.metadata);
+            if (problem) throw problem;
             for await (const chunk of handlers.copyShard(checked('copyShard', CopyShardRequest, call.request.body))) {
               if (call.cancelled) return;
               if (!call.write({ body: toJson(chunk) })) await new Promise((r) => call.once('drain', r));
             }
             call.end();
           } catch (err) {
-            call.destroy(toServiceError(err) as Error);
+            // Emitting the error sends it as the call's status (destroy() would leave the client waiting).
+            call.emit('error', toServiceError(err));
           }
         })();
       },
@@ -259,6 +295,8 @@ export interface PeerClientsOptions {
   readonly logger: Logger;
   /** A frame or unary call not answered in this time fails as a timeout. */
   readonly callTimeoutMs?: number;
+  /** The cluster secret, sent with every call. */
+  readonly secret?: string;
 }
 
 export class PeerClients implements UpdateTransport {
@@ -269,6 +307,13 @@ export class PeerClients implements UpdateTransport {
 
   constructor(opts: PeerClientsOptions) {
     this.o = opts;
+  }
+
+  /** The metadata every call carries (a fresh object: grpc-js may add to it). */
+  private metadata(): grpc.Metadata {
+    const m = new grpc.Metadata();
+    if (this.o.secret !== undefined) m.set(SECRET_KEY, this.o.secret);
+    return m;
   }
 
   private peer(dest: string): Peer {
@@ -307,7 +352,7 @@ export class PeerClients implements UpdateTransport {
 
   private stream(dest: string, p: Peer): grpc.ClientDuplexStream<WireFrame, WireAck> {
     if (p.stream) return p.stream;
-    const s = p.client.updates() as grpc.ClientDuplexStream<WireFrame, WireAck>;
+    const s = p.client.updates(this.metadata()) as grpc.ClientDuplexStream<WireFrame, WireAck>;
     p.stream = s;
     s.on('data', (ack: WireAck) => {
       const f = p.pending.get(ack.id);
@@ -373,7 +418,7 @@ export class PeerClients implements UpdateTransport {
     }
     const deadline = new Date(Date.now() + (timeoutMs ?? this.o.callTimeoutMs ?? 30_000));
     return new Promise<T>((resolve, reject) => {
-      p.client[method]!({ body: toJson(body) }, { deadline }, (err: grpc.ServiceError | null, res: JsonMessage) => {
+      p.client[method]!({ body: toJson(body) }, this.metadata(), { deadline }, (err: grpc.ServiceError | null, res: JsonMessage) => {
         if (err) reject(fromServiceError(err, dest));
         else resolve(fromJson<T>(res.body));
       });
@@ -383,7 +428,7 @@ export class PeerClients implements UpdateTransport {
   /** A server-streaming JSON call (copyShard). */
   async *streamCall<T>(dest: string, method: 'copyShard', body: unknown): AsyncGenerator<T> {
     const p = this.peer(dest);
-    const call = p.client[method]!({ body: toJson(body) }) as grpc.ClientReadableStream<JsonMessage>;
+    const call = p.client[method]!({ body: toJson(body) }, this.metadata()) as grpc.ClientReadableStream<JsonMessage>;
     try {
       for await (const msg of call as AsyncIterable<JsonMessage>) yield fromJson<T>(msg.body);
     } catch (err) {

@@ -1,4 +1,4 @@
 // The node-to-node wire: gRPC service and clients, the ops codec, one schema per RPC.
-export { PeerClients, PeerServer, decodeUpdate, fromServiceError, portError, type PeerClientsOptions, type PeerHandlers } from './grpc.js';
+export { PeerClients, PeerServer, decodeUpdate, fromServiceError, portError, type PeerClientsOptions, type PeerHandlers, type PeerServerOptions } from './grpc.js';
 export { decodeOps, encodeOps, type Phase, type ShardUpdate, type ShardUpdateResult, type WireOp } from './protocol.js';
 export type { CommitRequest, CopyShardRequest, GetRequest, SearchRequest, UpdatesAfterRequest, VersionsRequest } from './schemas.js';

@@ -190,7 +190,7 @@ export class ReplicaStore {
   /** The newest version on disk (maxVersionSeen runs ahead while a batch is being written). */
   private durableMax = 0;
   /** LevelDB snapshot of the latest commit point: what snapshot readers copy. */
-  private commitSnapshot: { point: CommitPoint; snapshot: ReturnType<Level<string, string>['snapshot']> } | undefined;
+  private commitSnapshot: { point: CommitPoint; snapshot: ReturnType<Level<string, string>['snapshot']>; copies: number } | undefined;
   private trimmed = 0;
   private fenceEpoch = 0;
   private durability: Durability;
@@ -727,10 +727,11 @@ export class ReplicaStore {
     const taken = this.writeChain.then(async () => {
       const point: CommitPoint = { version: this.durableMax, at: Date.now() };
       const old = this.commitSnapshot;
-      this.commitSnapshot = { point, snapshot: this.db.snapshot() };
+      this.commitSnapshot = { point, snapshot: this.db.snapshot(), copies: 0 };
       this.commitPoint = point;
       await this.db.put(COMMIT, JSON.stringify(point));
-      await old?.snapshot.close();
+      // A snapshot being copied is closed by its last copy (an iterator cannot use a closing one).
+      if (old && old.copies === 0) await old.snapshot.close();
       return point;
     });
     this.writeChain = taken.catch(() => undefined);
@@ -741,11 +742,11 @@ export class ReplicaStore {
   async *commitEntries(): AsyncGenerator<StoredEntry> {
     const c = this.commitSnapshot;
     if (!c) return;
-    c.snapshot.ref();
+    c.copies++;
     try {
       for await (const [, value] of this.db.iterator({ gte: DOC, lt: DOC_END, snapshot: c.snapshot })) yield decodeEntry(value);
     } finally {
-      c.snapshot.unref();
+      if (--c.copies === 0 && this.commitSnapshot !== c) await c.snapshot.close();
     }
   }
 

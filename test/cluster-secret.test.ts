@@ -1,0 +1,136 @@
+// The cluster secret: with one, a peer server refuses every call that does not carry it (unary
+// calls, the update stream, the copy stream) before any handler runs; clients with the secret
+// are served as before.
+import { afterEach, describe, expect, it } from 'vitest';
+import { PeerClients, PeerServer, type PeerHandlers } from '../src/transport/index.js';
+import { silentLogger } from '../src/logger.js';
+import type { StoredEntry } from '../src/ulog/index.js';
+import { ShardexError } from '../src/errors.js';
+
+const log = silentLogger();
+const SECRET = 'correct horse battery staple';
+
+function handlers(calls: string[]): PeerHandlers {
+  return {
+    update: async (u) => {
+      calls.push('update');
+      return { applied: u.ops.length, version: 1, rf: 1 } as never;
+    },
+    get: async () => {
+      calls.push('get');
+      return [];
+    },
+    search: async () => {
+      calls.push('search');
+      return {};
+    },
+    commit: async () => {
+      calls.push('commit');
+      return { version: 0, at: 0 };
+    },
+    versions: async () => {
+      calls.push('versions');
+      return { maxVersion: 7, trimmedThrough: 0 };
+    },
+    updatesAfter: async () => {
+      calls.push('updatesAfter');
+      return [];
+    },
+    copyShard: async function* () {
+      calls.push('copyShard');
+      yield [] as StoredEntry[];
+    },
+  };
+}
+
+const servers: PeerServer[] = [];
+const clients: PeerClients[] = [];
+afterEach(async () => {
+  for (const c of clients.splice(0)) c.close();
+  for (const s of servers.splice(0)) await s.close();
+});
+
+async function serve(secret: string | undefined, calls: string[]): Promise<string> {
+  const server = new PeerServer(handlers(calls), log, { ...(secret !== undefined && { secret }) });
+  servers.push(server);
+  return `127.0.0.1:${await server.listen('127.0.0.1', 0)}`;
+}
+
+function client(address: string, secret?: string): PeerClients {
+  const c = new PeerClients({ resolve: () => address, logger: log, callTimeoutMs: 5000, ...(secret !== undefined && { secret }) });
+  clients.push(c);
+  return c;
+}
+
+async function collect(c: PeerClients): Promise<unknown[]> {
+  const out: unknown[] = [];
+  for await (const chunk of c.streamCall('n1', 'copyShard', { collection: 'c', shard: 'shard1' })) out.push(chunk);
+  return out;
+}
+
+/** The ShardexError a promise rejects with. */
+async function thrown(p: Promise<unknown>): Promise<ShardexError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ShardexError);
+  return err as ShardexError;
+}
+
+const update = { collection: 'c', shard: 'shard1', phase: 'FROMLEADER' as const, epoch: 1, ops: [], minRf: 1, from: 'n0' };
+
+describe('cluster secret', () => {
+  it('serves calls that carry the secret', async () => {
+    const calls: string[] = [];
+    const c = client(await serve(SECRET, calls), SECRET);
+    expect(await c.call('n1', 'versions', { collection: 'c', shard: 'shard1' })).toEqual({ maxVersion: 7, trimmedThrough: 0 });
+    expect(await collect(c)).toEqual([[]]);
+    const [outcome] = await c.send('n1', [update]);
+    expect(outcome).toMatchObject({ ok: true });
+    expect(calls).toEqual(['versions', 'copyShard', 'update']);
+  });
+
+  it.each([
+    ['no secret', undefined],
+    ['a wrong secret', 'correct horse battery stapler'],
+  ])('refuses every call with %s before any handler runs', async (_what, secret) => {
+    const calls: string[] = [];
+    const c = client(await serve(SECRET, calls), secret);
+    const unary = await thrown(c.call('n1', 'versions', { collection: 'c', shard: 'shard1' }));
+    expect(unary).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+    expect(unary.message).toContain('--cluster-secret-file');
+    expect(await thrown(c.call('n1', 'updatesAfter', { collection: 'c', shard: 'shard1', after: 0, limit: 10 }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+    expect(await thrown(collect(c))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+    const sent = await thrown(c.send('n1', [update]));
+    expect(sent.message).toContain('cluster secret');
+    expect(calls).toEqual([]);
+  });
+
+  it('checks nothing when the server has no secret', async () => {
+    const calls: string[] = [];
+    const c = client(await serve(undefined, calls), 'anything');
+    expect(await c.call('n1', 'versions', { collection: 'c', shard: 'shard1' })).toMatchObject({ maxVersion: 7 });
+    expect(calls).toEqual(['versions']);
+  });
+});
+
+describe('copy stream errors', () => {
+  it('reach the client when the handler fails after streaming started', async () => {
+    const calls: string[] = [];
+    const h = handlers(calls);
+    const server = new PeerServer(
+      {
+        ...h,
+        copyShard: async function* () {
+          yield [] as StoredEntry[];
+          throw new ShardexError('SHX_INTERNAL', 'Snapshot is not open');
+        },
+      },
+      log,
+    );
+    servers.push(server);
+    const c = client(`127.0.0.1:${await server.listen('127.0.0.1', 0)}`);
+    expect((await thrown(collect(c))).message).toContain('Snapshot is not open');
+  });
+});
