@@ -73,6 +73,8 @@ export interface SnapshotReaderOptions {
   readonly copyStallMs?: number;
   /** How long stop() lets started scans finish before it closes anyway (default 30 s). */
   readonly drainTimeoutMs?: number;
+  /** The secret every gRPC call between nodes and readers carries (`--cluster-secret-file`). */
+  readonly clusterSecret?: string;
   /** The clock of snapshot ages, ms (tests inject one). */
   readonly now?: () => number;
 }
@@ -145,7 +147,8 @@ export class SnapshotReader {
         this.set(shards.size);
       },
     });
-    this.peers = new PeerClients({ resolve: (n) => opts.coordinator.liveNodes().find((x) => x.name === n)?.grpc, logger: this.log });
+    const secret = opts.clusterSecret === undefined ? {} : { secret: opts.clusterSecret };
+    this.peers = new PeerClients({ resolve: (n) => opts.coordinator.liveNodes().find((x) => x.name === n)?.grpc, logger: this.log, ...secret });
     const refuse = async (): Promise<never> => {
       throw new ShardexError('SHX_BAD_REQUEST', 'a snapshot reader serves only eventual reads (get and search)');
     };
@@ -165,6 +168,7 @@ export class SnapshotReader {
         },
       },
       this.log,
+      secret,
     );
   }
 
