@@ -881,6 +881,17 @@ function contract(name: string, makeHarness: () => Harness): void {
         await client.coord.setConfig('read_balance', { slots: 8 });
         expect(await n1.coord.getConfig('read_balance')).toEqual({ slots: 8 });
       });
+
+      it('updateConfig is compare-and-set: concurrent read-modify-writes from two coordinators all land', async () => {
+        const n1 = await member('n1');
+        const n2 = await member('n2');
+        const bump = (c: typeof n1) => c.coord.updateConfig('counter', (cur) => ({ n: ((cur as { n?: number } | undefined)?.n ?? 0) + 1 }));
+        await Promise.all(Array.from({ length: 12 }, (_, i) => bump(i % 2 === 0 ? n1 : n2)));
+        expect(await n1.coord.getConfig('counter')).toEqual({ n: 12 });
+        // A change that returns undefined writes nothing.
+        expect(await n2.coord.updateConfig('counter', () => undefined)).toBeUndefined();
+        expect(await n1.coord.getConfig('counter')).toEqual({ n: 12 });
+      });
     });
 
     describe('the session and leadership', () => {

@@ -609,6 +609,24 @@ export class ClusterCoordinator implements Coordinator {
     });
   }
 
+  async updateConfig<T>(name: string, change: (current: unknown) => T | undefined): Promise<T | undefined> {
+    const path = `/config/${name}`;
+    for (;;) {
+      const d = await this.store.get(path);
+      const next = change(d ? parse<unknown>(d.data) : undefined);
+      if (next === undefined) return undefined;
+      try {
+        if (d) await this.store.set(path, json(next), d.version);
+        else await this.store.create(path, json(next), 'persistent');
+        return next;
+      } catch (err) {
+        // Another writer got there first: start again from what it wrote.
+        if (err instanceof StoreError && (err.code === 'BAD_VERSION' || err.code === 'NODE_EXISTS' || err.code === 'NO_NODE')) continue;
+        throw err;
+      }
+    }
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     for (const [k, e] of this.elections) {

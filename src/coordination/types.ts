@@ -99,5 +99,11 @@ export interface Coordinator {
   /** Shared small config documents (e.g. read_balance, selector profiles). */
   getConfig(name: string): Promise<unknown>;
   setConfig(name: string, value: unknown): Promise<void>;
+  /**
+   * Read-modify-write of a config document, compare-and-set: `change` gets the current value and
+   * returns the next (undefined: leave it as it is); when another writer changed the document in
+   * between, it runs again on that writer's value. Resolves with what was written (or left).
+   */
+  updateConfig<T>(name: string, change: (current: unknown) => T | undefined): Promise<T | undefined>;
   close(): Promise<void>;
 }

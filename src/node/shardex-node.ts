@@ -834,16 +834,18 @@ export class ShardexNode {
     return this.changeReadBalance((stored) => eraseSettings(stored, priority, target));
   }
 
-  // Read-modify-write of one document: serialized on this node (coordination has no
-  // compare-and-set for config documents, so two nodes writing at once may lose one change).
+  // Read-modify-write of one document, compare-and-set in coordination: two nodes (or two
+  // requests) changing settings at once both land, the later one applied to the earlier's result.
   private changeReadBalance(change: (stored: BalanceSetting[]) => BalanceSetting[] | { settings: BalanceSetting[]; removed: number }): Promise<{ settings: BalanceSetting[]; removed: number }> {
     this.assertReady();
     return this.balanceWrites.run(async () => {
-      const stored = parseStoredSettings(await this.coordinator.getConfig(READ_BALANCE_CONFIG));
-      const changed = change(stored);
-      const result = Array.isArray(changed) ? { settings: changed, removed: 0 } : changed;
-      if (!Array.isArray(changed) && changed.removed === 0) return result;
-      await this.coordinator.setConfig(READ_BALANCE_CONFIG, storedSettings(result.settings));
+      let result: { settings: BalanceSetting[]; removed: number } = { settings: [], removed: 0 };
+      await this.coordinator.updateConfig(READ_BALANCE_CONFIG, (current) => {
+        const changed = change(parseStoredSettings(current));
+        result = Array.isArray(changed) ? { settings: changed, removed: 0 } : changed;
+        if (!Array.isArray(changed) && changed.removed === 0) return undefined;
+        return storedSettings(result.settings);
+      });
       await this.readBalance.reload();
       return result;
     });
