@@ -32,6 +32,8 @@ export interface DistributorOptions {
   /** ...or once its oldest update has waited this long. */
   readonly lingerMs?: number;
   readonly backoff?: BackoffPolicy;
+  /** Told of every frame sent, retry scheduled and final failure, per destination (metrics). */
+  readonly onOutcome?: (dest: string, outcome: 'sent' | 'retried' | 'failed') => void;
 }
 
 interface Pending {
@@ -69,6 +71,7 @@ export class CommandDistributor {
   private readonly retrying = new Map<NodeJS.Timeout, Pending>();
   private closed = false;
   readonly stats: DistributorStats = { sent: 0, retried: 0, failed: 0, inFlight: 0, maxInFlightSeen: 0 };
+  private readonly onOutcome: DistributorOptions['onOutcome'];
 
   constructor(opts: DistributorOptions) {
     this.transport = opts.transport;
@@ -77,6 +80,14 @@ export class CommandDistributor {
     this.flushOps = opts.flushOps ?? 1000;
     this.lingerMs = opts.lingerMs ?? 2;
     this.backoff = opts.backoff ?? linearBackoff();
+    this.onOutcome = opts.onOutcome;
+  }
+
+  /** Updates buffered or waiting for a free slot (not yet sent). */
+  get queued(): number {
+    let n = 0;
+    for (const b of this.buffers.values()) n += b.items.length;
+    return n + this.limit.pendingCount + this.retrying.size;
   }
 
   /** Queues an update for `dest`; settles with its final result or its final error. */
@@ -117,6 +128,7 @@ export class CommandDistributor {
     this.stats.inFlight++;
     this.stats.maxInFlightSeen = Math.max(this.stats.maxInFlightSeen, this.stats.inFlight);
     this.stats.sent++;
+    this.onOutcome?.(dest, 'sent');
     let outcomes: UpdateOutcome[];
     try {
       outcomes = await this.transport.send(
@@ -140,6 +152,7 @@ export class CommandDistributor {
     if (!this.closed && isTransient(error) && item.attempts < item.opts.maxRetries) {
       item.attempts++;
       this.stats.retried++;
+      this.onOutcome?.(item.dest, 'retried');
       const pause = this.backoff(item.attempts);
       this.log?.warn({ dest: item.dest, attempt: item.attempts, err: error.message, pauseMs: pause }, 'retrying update');
       const timer = setTimeout(() => {
@@ -153,6 +166,7 @@ export class CommandDistributor {
       return;
     }
     this.stats.failed++;
+    this.onOutcome?.(item.dest, 'failed');
     item.reject(error);
   }
 

@@ -43,6 +43,8 @@ export interface PersistedIndexOptions {
   readonly store: ReplicaStore;
   readonly log: Logger;
   readonly policy?: Partial<CheckpointPolicy>;
+  /** Told of every segment written (metrics). */
+  readonly onSegmentWritten?: (bytes: number) => void;
 }
 
 const REPLAY_PAGE = 1000;
@@ -122,6 +124,7 @@ export class PersistedIndex extends SearchIndexBinding {
       const bytes = await writeSegment(this.path, state, { seq, fingerprint: this.o.fingerprint });
       this.lastCheckpointAt = Date.now();
       await this.o.store.dropChangesThrough(seq);
+      this.o.onSegmentWritten?.(bytes);
       this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, captureMs, ms: Math.round(performance.now() - t0) }, 'replica index segment written');
       return bytes;
     });

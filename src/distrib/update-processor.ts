@@ -58,6 +58,8 @@ export interface UpdateProcessorOptions {
   readonly isStopping?: () => boolean;
   /** Counts forwards by phase (metrics). */
   readonly onForward?: (phase: 'TOLEADER' | 'FROMLEADER', ops: number) => void;
+  /** Counts replicas marked down because they missed an update (metrics). */
+  readonly onMarkedDown?: (replica: string, nodes: readonly string[], ok: boolean) => void;
 }
 
 const routers = new WeakMap<CollectionState, ShardRouter>();
@@ -224,7 +226,11 @@ export class UpdateProcessor {
     }
     let effects = replica.step({ type: 'fannedOut', acked, stale, unreachable });
     const markDown = effects.find((e) => e.type === 'markDown');
-    if (markDown) effects = replica.step({ type: 'markedDown', ok: await this.markBehind(replica, acked, markDown.nodes), acked: acked.length });
+    if (markDown) {
+      const ok = await this.markBehind(replica, acked, markDown.nodes);
+      this.o.onMarkedDown?.(replica.key, markDown.nodes, ok);
+      effects = replica.step({ type: 'markedDown', ok, acked: acked.length });
+    }
     this.perform(replica, effects);
     const refused = effects.find((e) => e.type === 'refuse');
     if (refused) {

@@ -29,6 +29,7 @@ import { Mutex } from '../distrib/mutex.js';
 import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type StoreWrite, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer, portError } from '../transport/index.js';
 import { buildHttp, type HttpOptions } from './http/app.js';
+import { nodeMetrics, type NodeMetrics } from './metrics.js';
 
 export interface ShardexNodeOptions {
   readonly name: string;
@@ -194,8 +195,7 @@ export class ShardexNode {
   private stopped = false;
   /** Set once the node has read the cluster state and opened its replicas: until then it answers SHX_STARTING. */
   private started = false;
-  private readonly forwarded: Counter<'phase'>;
-  private readonly recoveries: Counter<'method'>;
+  private readonly m: NodeMetrics;
   private readonly readPath: ReadPath;
   /** This node's read balancer: its slot counters are its own, never shared with other nodes. */
   readonly readBalance: ReadBalancerRuntime;
@@ -216,17 +216,13 @@ export class ShardexNode {
     this.log = opts.logger.child({ node: opts.name });
     this.coordinator = opts.coordinator;
     collectDefaultMetrics({ register: this.metrics, prefix: 'shardex_' });
-    this.forwarded = new Counter({
-      name: 'shardex_updates_forwarded_total',
-      help: 'Update ops this node sent on to another node, by phase',
-      labelNames: ['phase'],
-      registers: [this.metrics],
-    });
-    this.recoveries = new Counter({
-      name: 'shardex_recoveries_total',
-      help: 'Replica recoveries completed on this node, by method (peer-sync or full-copy)',
-      labelNames: ['method'],
-      registers: [this.metrics],
+    const node = this;
+    this.m = nodeMetrics(this.metrics, {
+      replicas: () => this.replicas.values(),
+      get distributor() {
+        return node.distributor;
+      },
+      coordinator: this.coordinator,
     });
     this.peers = new PeerClients({
       resolve: (node) => this.coordinator.liveNodes().find((n) => n.name === node)?.grpc,
@@ -239,6 +235,7 @@ export class ShardexNode {
       logger: this.log,
       maxInFlight: opts.maxInFlight ?? 16,
       backoff: opts.backoff ?? linearBackoff(),
+      onOutcome: (dest, outcome) => this.m.distributorOutcomes.inc({ dest, outcome }),
     });
     this.processor = new UpdateProcessor({
       self: this.name,
@@ -251,7 +248,8 @@ export class ShardexNode {
       ...(opts.backoff && { backoff: opts.backoff }),
       ...(opts.forwardRetries !== undefined && { forwardRetries: opts.forwardRetries }),
       ...(opts.replicaRetries !== undefined && { replicaRetries: opts.replicaRetries }),
-      onForward: (phase, n) => this.forwarded.inc({ phase }, n),
+      onForward: (phase, n) => this.m.forwarded.inc({ phase }, n),
+      onMarkedDown: (replica, nodes) => this.m.markedDown.inc({ replica }, nodes.length),
       isStopping: () => this.stopped,
     });
     const eventual = new EventualRouter({
@@ -432,7 +430,9 @@ export class ShardexNode {
       store,
       log: this.log.child({ replica: key }),
       ...(this.o.checkpointPolicy && { policy: this.o.checkpointPolicy }),
+      onSegmentWritten: () => this.m.segmentsWritten.inc({ replica: key }),
     });
+    this.m.indexOpens.inc({ method: report.method });
     replica.index = index;
     this.replicas.set(key, replica);
     this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, index: report.method, replayed: report.replayed, indexMs: report.ms, ...(report.problem && { problem: report.problem }) }, 'replica opened');
@@ -541,6 +541,7 @@ export class ShardexNode {
     const effects = replica.step({ type: 'elected', epoch });
     this.perform(replica, effects);
     if (!effects.some((e) => e.type === 'announce')) return;
+    this.m.elections.inc({ replica: replica.key });
     await replica.apply([], { fence: epoch });
     const shard = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard);
     const live = (shard?.replicas ?? []).filter((r) => r.node !== this.name && this.coordinator.isLive(r.node));
@@ -600,7 +601,7 @@ export class ShardexNode {
           const report = await syncFrom(replica, source, info);
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
-          this.recoveries.inc({ method: report.method });
+          this.m.recoveries.inc({ method: report.method });
           replica.step({ type: 'recoveryFinished' });
           this.log.info({ replica: replica.key, leader: leader.node, ...report }, 'replica recovered');
           return;
@@ -660,7 +661,10 @@ export class ShardexNode {
     if (ms <= 0) return;
     const t = setInterval(() => {
       if (replica.role !== 'leader' || this.stopped) return;
-      replica.store.commit().catch((err) => this.log.warn({ replica: replica.key, err: (err as Error).message }, 'auto-commit failed'));
+      replica.store.commit().then(
+        () => this.m.commits.inc({ replica: replica.key }),
+        (err) => this.log.warn({ replica: replica.key, err: (err as Error).message }, 'auto-commit failed'),
+      );
     }, ms);
     t.unref();
     this.commitTimers.set(replica.key, t);
@@ -1000,7 +1004,9 @@ export class ShardexNode {
   private async commitLocal(collection: string, shard: string): Promise<CommitPoint> {
     const replica = this.replica(collection, shard);
     if (!replica) throw new ShardexError('SHX_NOT_FOUND', `${this.name} hosts no replica of ${collection}/${shard}`);
-    return replica.store.commit();
+    const point = await replica.store.commit();
+    this.m.commits.inc({ replica: replica.key });
+    return point;
   }
 
   metricsText(): Promise<string> {

@@ -353,6 +353,11 @@ export class ReplicaStore {
     return this.liveDocs;
   }
 
+  /** Entries in the update log (bounded by logRetention, trimmed in steps of a tenth). */
+  get logSize(): number {
+    return this.logCount;
+  }
+
   get lastCommit(): CommitPoint | undefined {
     return this.commitPoint;
   }

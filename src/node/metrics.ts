@@ -1,0 +1,86 @@
+// A data node's own Prometheus series (beside prom-client's process defaults): the update path
+// (forwards by phase, the distributor's queue, in-flight requests, retries and final failures per
+// destination, replicas marked down), leadership, recovery, commit points, the persisted index
+// and the update log per replica, and the coordination session. Gauges are read when scraped.
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { Coordinator } from '../coordination/index.js';
+import type { CommandDistributor } from '../distrib/distributor.js';
+import type { ShardReplica } from '../distrib/replica.js';
+
+/** What the gauges read at scrape time. */
+export interface NodeMetricsSource {
+  replicas(): Iterable<ShardReplica>;
+  readonly distributor: CommandDistributor;
+  readonly coordinator: Coordinator;
+}
+
+export interface NodeMetrics {
+  readonly forwarded: Counter<'phase'>;
+  readonly recoveries: Counter<'method'>;
+  readonly distributorOutcomes: Counter<'dest' | 'outcome'>;
+  readonly markedDown: Counter<'replica'>;
+  readonly elections: Counter<'replica'>;
+  readonly commits: Counter<'replica'>;
+  readonly segmentsWritten: Counter<'replica'>;
+  readonly indexOpens: Counter<'method'>;
+}
+
+export function nodeMetrics(registry: Registry, source: NodeMetricsSource): NodeMetrics {
+  const registers = [registry];
+  const replicaGauge = (name: string, help: string, value: (r: ShardReplica) => number): void => {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['replica'],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of source.replicas()) this.set({ replica: r.key }, value(r));
+      },
+    });
+  };
+  new Gauge({
+    name: 'shardex_distributor_queued',
+    help: 'Updates waiting in the distributor (buffered, waiting for a slot, or pausing before a retry)',
+    registers,
+    collect() {
+      this.set(source.distributor.queued);
+    },
+  });
+  new Gauge({
+    name: 'shardex_distributor_in_flight',
+    help: 'Update frames the distributor has in flight to other nodes',
+    registers,
+    collect() {
+      this.set(source.distributor.stats.inFlight);
+    },
+  });
+  replicaGauge('shardex_replica_leader', 'Whether this node leads the replica (1) or not (0)', (r) => (r.role === 'leader' ? 1 : 0));
+  replicaGauge('shardex_replica_recovering', 'Whether the replica is recovering or catching up (1) or not (0)', (r) => (r.recovering || r.catchingUp ? 1 : 0));
+  replicaGauge('shardex_replica_docs', 'Live documents of the replica', (r) => r.store.docCount);
+  replicaGauge('shardex_update_log_entries', "Entries in the replica's update log", (r) => r.store.logSize);
+  replicaGauge('shardex_replica_max_version', 'Newest version the replica holds', (r) => r.store.maxVersion);
+  new Gauge({
+    name: 'shardex_coordination_connected',
+    help: 'Whether the coordination session (ZooKeeper) is usable for leadership (1) or not (0)',
+    registers,
+    collect() {
+      this.set(source.coordinator.canActAsLeader() ? 1 : 0);
+    },
+  });
+  return {
+    forwarded: new Counter({ name: 'shardex_updates_forwarded_total', help: 'Update ops this node sent on to another node, by phase', labelNames: ['phase'], registers }),
+    recoveries: new Counter({ name: 'shardex_recoveries_total', help: 'Replica recoveries completed on this node, by method (peer-sync or full-copy)', labelNames: ['method'], registers }),
+    distributorOutcomes: new Counter({
+      name: 'shardex_distributor_requests_total',
+      help: 'Update frames sent to each destination, retries scheduled, and final failures (outcome sent, retried, failed)',
+      labelNames: ['dest', 'outcome'],
+      registers,
+    }),
+    markedDown: new Counter({ name: 'shardex_replicas_marked_down_total', help: 'Replicas this node, as leader, marked down because they missed an update', labelNames: ['replica'], registers }),
+    elections: new Counter({ name: 'shardex_leader_elections_total', help: 'Times this node was elected leader of a replica', labelNames: ['replica'], registers }),
+    commits: new Counter({ name: 'shardex_commit_points_total', help: 'Commit points recorded (what eventual reads see)', labelNames: ['replica'], registers }),
+    segmentsWritten: new Counter({ name: 'shardex_index_segments_written_total', help: 'Index segment files written', labelNames: ['replica'], registers }),
+    indexOpens: new Counter({ name: 'shardex_index_opens_total', help: 'Replica indexes opened, by method (loaded from the segment, or rebuilt)', labelNames: ['method'], registers }),
+  };
+}
