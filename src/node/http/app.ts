@@ -96,20 +96,17 @@ export function parseNdjson(text: string, maxDepth: number): NdjsonBatch {
   return new NdjsonBatch(out, lines);
 }
 
-const FASTIFY_ERRORS: Record<string, (e: FastifyError, bodyLimit: number | undefined) => ShardexError> = {
+const FASTIFY_ERRORS: Record<string, (e: FastifyError, bodyLimit: number) => ShardexError> = {
   FST_ERR_CTP_INVALID_JSON_BODY: (e) => new ShardexError('SHX_BAD_REQUEST', `body is not valid JSON: ${e.message}`),
   FST_ERR_CTP_EMPTY_JSON_BODY: () => new ShardexError('SHX_BAD_REQUEST', 'body is empty; send a JSON array of documents'),
-  FST_ERR_CTP_BODY_TOO_LARGE: (e, bodyLimit) =>
-    bodyLimit === undefined
-      ? new ShardexError('SHX_BODY_TOO_LARGE', `${e.message}; split the batch into smaller requests`)
-      : limitExceeded('maxBodyBytes', bodyLimit, 'the request body is too large', 'split the batch into smaller requests', 'nothing was written'),
+  FST_ERR_CTP_BODY_TOO_LARGE: (_e, bodyLimit) => limitExceeded('maxBodyBytes', bodyLimit, 'the request body is too large', 'split the batch into smaller requests', 'nothing was written'),
   FST_ERR_CTP_INVALID_MEDIA_TYPE: (e) =>
     new ShardexError('SHX_UNSUPPORTED_MEDIA', `${e.message}; send application/json or application/x-ndjson`),
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: (e) => new ShardexError('SHX_BAD_REQUEST', e.message),
 };
 
-/** Any error as the catalog's; `bodyLimit` (when known) goes into the body-size message. */
-export function toShardexHttpError(err: unknown, bodyLimit?: number): ShardexError {
+/** Any error as the catalog's; `bodyLimit` goes into the body-size message. */
+export function toShardexHttpError(err: unknown, bodyLimit: number): ShardexError {
   if (err instanceof ShardexError) return err;
   const fe = err as FastifyError;
   const mapped = fe.code ? FASTIFY_ERRORS[fe.code] : undefined;
