@@ -120,7 +120,8 @@ export function toShardexHttpError(err: unknown, bodyLimit: number): ShardexErro
 export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<FastifyInstance> {
   const { maxBodyBytes: bodyLimit, ...limits } = resolveLimits({ ...opts.limits, maxBodyBytes: opts.bodyLimit });
   const app = Fastify({
-    loggerInstance: opts.logger.child({ component: 'http' }) as FastifyBaseLogger,
+    // Nothing here logs headers; should anything ever log a request's, its key stays out.
+    loggerInstance: opts.logger.child({ component: 'http' }, { redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' } }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit,
     // Ids up to 512 UTF-8 bytes travel percent-encoded in paths (up to 12 characters per
