@@ -135,13 +135,20 @@ describe('field value size (--max-field-value-bytes)', () => {
 describe('JSON nesting (--max-json-depth)', () => {
   const nested = (depth: number): unknown => (depth === 0 ? 1 : [nested(depth - 1)]);
 
-  it('refuses a deeper document body', async () => {
-    await refused(() => post('/docs', [{ id: 'deep-1', a: nested(5) }]), 'maxJsonDepth', 6, { says: ['body nests deeper than 6 levels'], absent: ['deep-1'] });
+  it('refuses a deeper document, naming its position, and takes one at the limit', async () => {
+    // The array body is level 1, the document 2, its list 3, so [nested(4)] reaches level 7.
+    const res = await refused(() => post('/docs', [{ id: 'deep-0' }, { id: 'deep-1', a: [nested(4)] }]), 'maxJsonDepth', 6, { says: ['document 1 nests deeper than 6 levels'], absent: ['deep-0', 'deep-1'] });
+    expect(res.position).toBe(1);
+    await refused(() => post('/docs', [{ id: 'deep-2', a: { b: nested(4) } }]), 'maxJsonDepth', 6, { absent: ['deep-2'] });
+    await refused(() => post('/docs', '['.repeat(30_000) + ']'.repeat(30_000)), 'maxJsonDepth', 6);
+    // At the limit: refused by the admission check (a list of lists), not by this one.
+    const at = await post('/docs', [{ id: 'deep-3', a: [nested(3)] }]);
+    expect(at.json().code, at.body).toBe('SHX_BAD_DOCUMENT');
   });
 
   it('refuses a deeper NDJSON line, naming it', async () => {
-    const body = `{"id":"deep-2"}\n${JSON.stringify({ id: 'deep-3', a: nested(6) })}`;
-    const res = await refused(() => post('/docs', body, 'application/x-ndjson'), 'maxJsonDepth', 6, { says: ['line 2 nests'], absent: ['deep-2', 'deep-3'] });
+    const body = `{"id":"deep-4"}\n${JSON.stringify({ id: 'deep-5', a: nested(6) })}`;
+    const res = await refused(() => post('/docs', body, 'application/x-ndjson'), 'maxJsonDepth', 6, { says: ['document 1 (line 2) nests deeper'], absent: ['deep-4', 'deep-5'] });
     expect(res.line).toBe(2);
   });
 

@@ -1,7 +1,7 @@
 // The HTTP API: one fastify instance per node, one plugin per resource. Every error leaves
 // as {"error": "<what was wrong>", "code": "SHX_..."} with its catalog status; fastify's own
 // errors (bad JSON, body too large, wrong content type) are mapped here, once.
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import sjson from 'secure-json-parse';
 import type { Logger } from 'pino';
 import { ShardexError } from '../../errors.js';
@@ -9,7 +9,7 @@ import type { ShardexNode } from '../shardex-node.js';
 import { adminRoutes } from './admin.js';
 import { ApiKeyRing, authenticateRequests, type Access, type ApiKey } from './auth.js';
 import { collectionRoutes } from './collections.js';
-import { docRoutes } from './docs.js';
+import { DOCS_ROUTE, docRoutes } from './docs.js';
 import { checkJsonDepth, limitExceeded, limitRequestsPerConnection, resolveLimits, type HttpLimits } from './limits.js';
 import { readBalanceRoutes } from './read-balance.js';
 import { searchRoutes } from './search.js';
@@ -48,7 +48,7 @@ const FORBIDDEN_KEY = 'Object contains forbidden prototype property';
  * Parses one JSON text. A "__proto__" or "constructor.prototype" key is refused (never
  * stripped or applied), and said so: the text is valid JSON, it is the key that is refused.
  */
-function parseJsonText(text: string, maxDepth: number, what: string, code: 'SHX_BAD_REQUEST' | 'SHX_BAD_DOCUMENT', details?: Record<string, unknown>): unknown {
+function parseJsonText(text: string, maxDepth: number | undefined, what: string, code: 'SHX_BAD_REQUEST' | 'SHX_BAD_DOCUMENT', details?: Record<string, unknown>): unknown {
   let value: unknown;
   try {
     value = sjson.parse(text, undefined, SJSON);
@@ -59,12 +59,15 @@ function parseJsonText(text: string, maxDepth: number, what: string, code: 'SHX_
     }
     throw new ShardexError(code, `${what} is not valid JSON (${message}); nothing was written`, details && { details });
   }
-  checkJsonDepth(value, maxDepth, what, details);
+  if (maxDepth !== undefined) checkJsonDepth(value, maxDepth, what, details);
   return value;
 }
 
-/** Parses a JSON body (replaces fastify's parser, so that every message is ours). */
-export function parseJsonBody(text: string, maxDepth: number): unknown {
+/**
+ * Parses a JSON body (replaces fastify's parser, so that every message is ours), refusing one
+ * that nests deeper than `maxDepth` (undefined: the route checks depth itself).
+ */
+export function parseJsonBody(text: string, maxDepth: number | undefined): unknown {
   if (text.trim().length === 0) throw new ShardexError('SHX_BAD_REQUEST', 'body is empty; send a JSON array of documents');
   return parseJsonText(text, maxDepth, 'body', 'SHX_BAD_REQUEST');
 }
@@ -77,8 +80,8 @@ export class NdjsonBatch {
   ) {}
 }
 
-/** Parses NDJSON: one JSON value per non-empty line (each nesting at most maxDepth); names the bad line. */
-export function parseNdjson(text: string, maxDepth: number): NdjsonBatch {
+/** Parses NDJSON: one JSON value per non-empty line (each nesting at most maxDepth, as parseJsonBody); names the bad line. */
+export function parseNdjson(text: string, maxDepth: number | undefined): NdjsonBatch {
   const out: unknown[] = [];
   const lines: number[] = [];
   let line = 0;
@@ -143,16 +146,19 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   app.decorate('limits', limits);
   // Only JSON and NDJSON bodies: anything else (text/plain included) is 415, not a string.
   app.removeContentTypeParser(['application/json', 'text/plain']);
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+  // A batch of documents has its nesting checked in the pass over its values that the size
+  // limits make anyway (checkBatchLimits): one walk over a large body, not two.
+  const maxDepthOf = (req: FastifyRequest): number | undefined => (req.routeOptions.url === DOCS_ROUTE ? undefined : limits.maxJsonDepth);
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     try {
-      done(null, parseJsonBody(body as string, limits.maxJsonDepth));
+      done(null, parseJsonBody(body as string, maxDepthOf(req)));
     } catch (err) {
       done(err as Error, undefined);
     }
   });
-  app.addContentTypeParser(['application/x-ndjson', 'application/ndjson'], { parseAs: 'string' }, (_req, body, done) => {
+  app.addContentTypeParser(['application/x-ndjson', 'application/ndjson'], { parseAs: 'string' }, (req, body, done) => {
     try {
-      done(null, parseNdjson(body as string, limits.maxJsonDepth));
+      done(null, parseNdjson(body as string, maxDepthOf(req)));
     } catch (err) {
       done(err as Error, undefined);
     }

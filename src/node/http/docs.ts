@@ -76,8 +76,11 @@ export function parseReadOptions(q: ReadQuery): ReadOptions & { distrib?: boolea
   };
 }
 
+/** The write route: its bodies' nesting is checked with their sizes (checkBatchLimits), not when parsed. */
+export const DOCS_ROUTE = '/api/collections/:c/docs';
+
 export const docRoutes: FastifyPluginAsync = async (app) => {
-  app.post<{ Params: { c: string }; Querystring: { minRf?: string } }>('/api/collections/:c/docs', { config: { access: 'write' } }, async (req) => {
+  app.post<{ Params: { c: string }; Querystring: { minRf?: string } }>(DOCS_ROUTE, { config: { access: 'write' } }, async (req) => {
     const c = checkCollectionName(req.params.c);
     app.shardex.collectionState(c);
     const minRf = parseMinRf(req.query.minRf);
@@ -86,7 +89,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     const docs = ndjson ? ndjson.docs : Array.isArray(body) ? body : body !== null && typeof body === 'object' ? [body] : undefined;
     if (!docs) throw new ShardexError('SHX_BAD_REQUEST', 'body must be a JSON array of documents, one document object, or NDJSON');
     // Sizes, then admission: every document, whole, before any phase starts.
-    checkBatchLimits(docs, app.limits, ndjson?.lines);
+    checkBatchLimits(docs, Array.isArray(body) ? 2 : 1, app.limits, ndjson?.lines);
     const ops = toAddOps(docs, app.shardex.schemaOf(c), ndjson?.lines);
     const res = await app.shardex.update(c, ops, minRf);
     return {

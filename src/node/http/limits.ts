@@ -119,6 +119,11 @@ export function nestsDeeper(value: unknown, max: number): boolean {
   return false;
 }
 
+/** Whether `value`, found at `depth` of its body (the body itself is 1), takes the body deeper than `max`. */
+function deeperAt(value: unknown, depth: number, max: number): boolean {
+  return typeof value === 'object' && value !== null && nestsDeeper(value, max - depth + 1);
+}
+
 /** Throws SHX_LIMIT_EXCEEDED naming `what` (the body, an NDJSON line) when it nests too deep. */
 export function checkJsonDepth(value: unknown, max: number, what: string, details?: Record<string, unknown>): void {
   if (!nestsDeeper(value, max)) return;
@@ -153,11 +158,12 @@ function valueProblem(key: string, v: unknown, l: HttpLimits): SizeProblem | und
 }
 
 /**
- * Why `doc` is over a size limit, or undefined. One pass counts fields, checks each value and
- * sums an upper bound of the size; the exact size is only computed when that bound is over.
- * Values the admission checker refuses (objects, lists of lists) are left to it.
+ * Why `doc` (at `depth` of its body) is over a size limit or nests too deep, or undefined. One
+ * pass counts fields, checks each value and sums an upper bound of the size; the exact size is
+ * only computed when that bound is over. Values the admission checker refuses (objects, lists
+ * of lists) are left to it, once their depth is known to be within the limit.
  */
-function documentSizeProblem(doc: Record<string, unknown>, l: HttpLimits): SizeProblem | undefined {
+function documentSizeProblem(doc: Record<string, unknown>, depth: number, l: HttpLimits): SizeProblem | undefined {
   let fields = 0;
   let upper = 0;
   for (const key in doc) {
@@ -171,11 +177,13 @@ function documentSizeProblem(doc: Record<string, unknown>, l: HttpLimits): SizeP
     if (Array.isArray(v)) {
       for (let i = 0; i < v.length; i++) {
         const item: unknown = v[i];
+        if (deeperAt(item, depth + 2, l.maxJsonDepth)) return nestingProblem(l);
         const p = valueProblem(key, item, l);
         if (p) return p;
         upper += typeof item === 'string' ? item.length * 3 : MAX_SCALAR_TEXT;
       }
     } else {
+      if (deeperAt(v, depth + 1, l.maxJsonDepth)) return nestingProblem(l);
       const p = valueProblem(key, v, l);
       if (p) return p;
       upper += typeof v === 'string' ? v.length * 3 : MAX_SCALAR_TEXT;
@@ -194,18 +202,25 @@ function documentSizeProblem(doc: Record<string, unknown>, l: HttpLimits): SizeP
   return { limit: 'maxDocumentBytes', message: `is ${bytes} bytes (UTF-8 of its field names and values); ${theLimit('maxDocumentBytes', l.maxDocumentBytes)}` };
 }
 
+function nestingProblem(l: HttpLimits): SizeProblem {
+  return { limit: 'maxJsonDepth', message: `nests deeper than ${l.maxJsonDepth} levels; ${theLimit('maxJsonDepth', l.maxJsonDepth)}` };
+}
+
 /**
- * The size limits of a batch, checked whole before admission and before anything is written:
- * one document over a limit refuses the batch, naming its position (and NDJSON line).
+ * The size and nesting limits of a batch, checked whole before admission and before anything is
+ * written: one document over a limit refuses the batch, naming its position (and NDJSON line).
+ * `docDepth` is where the documents stand in their body: 2 in a JSON array, 1 alone or on an
+ * NDJSON line. The bodies of this route are parsed without the generic nesting walk (this pass
+ * visits every value anyway), so this is where their depth is checked.
  */
-export function checkBatchLimits(docs: readonly unknown[], l: HttpLimits, lines?: readonly number[]): void {
+export function checkBatchLimits(docs: readonly unknown[], docDepth: number, l: HttpLimits, lines?: readonly number[]): void {
   if (docs.length > l.maxBatchDocs) {
     throw limitExceeded('maxBatchDocs', l.maxBatchDocs, `the request has ${docs.length} documents`, 'split it into smaller batches', 'nothing was written');
   }
   for (let i = 0; i < docs.length; i++) {
     const doc = docs[i];
-    if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) continue;
-    const p = documentSizeProblem(doc as Record<string, unknown>, l);
+    if (typeof doc !== 'object' || doc === null) continue;
+    const p = Array.isArray(doc) ? (deeperAt(doc, docDepth, l.maxJsonDepth) ? nestingProblem(l) : undefined) : documentSizeProblem(doc as Record<string, unknown>, docDepth, l);
     if (!p) continue;
     const line = lines?.[i];
     throw new ShardexError('SHX_LIMIT_EXCEEDED', describeProblem(p, i, line), {
