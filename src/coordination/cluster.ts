@@ -536,6 +536,17 @@ export class ClusterCoordinator implements Coordinator {
     if (was || !e.closed) e.candidate.onLost();
   }
 
+  async electionCandidates(collection: string, shard: string): Promise<string[]> {
+    const dir = `/collections/${collection}/leader_elect/${shard}`;
+    const children = (await this.store.children(dir).catch(() => [] as string[])).sort((a, b) => seqOf(a) - seqOf(b));
+    const names: string[] = [];
+    for (const child of children) {
+      const d = await this.store.get(`${dir}/${child}`);
+      if (d) names.push(d.data.toString('utf8'));
+    }
+    return names;
+  }
+
   async leaveElection(collection: string, shard: string): Promise<void> {
     const key = `${collection}/${shard}`;
     const e = this.elections.get(key);

@@ -37,6 +37,8 @@ export interface ShardState {
   readonly fence: number;
   readonly clock: number;
   readonly health: Health;
+  /** A leader handing its leadership over (to the shard's preferred leader): it takes no new writes. */
+  readonly handingOff?: boolean;
 }
 
 export type RefusalCode = 'SHX_NOT_LEADER' | 'SHX_STALE_EPOCH' | 'SHX_INDETERMINATE' | 'SHX_UNAVAILABLE';
@@ -50,6 +52,8 @@ export type ShardEvent =
   | { readonly type: 'ready'; readonly epoch: number }
   /** Leadership ended (another leader, left the election, session expired). */
   | { readonly type: 'lost' }
+  /** The leader starts handing its leadership over: new writes are refused until it is lost. */
+  | { readonly type: 'handOff' }
   /** A client update of `count` ops reached this replica as leader (TOLEADER). */
   | { readonly type: 'update'; readonly count: number }
   /** An update or announcement from the leader of `epoch` (FROMLEADER). */
@@ -98,7 +102,7 @@ const same = (state: ShardState, ...effects: ShardEffect[]): Step => ({ state, e
 
 /** Where leadership ends, whatever the cause: back to follower, auto-commit stopped. */
 function stepDown(s: ShardState, health: Health = s.health): ShardState {
-  return { ...s, role: 'follower', epoch: 0, health };
+  return { ...s, role: 'follower', epoch: 0, health, handingOff: false };
 }
 
 export function step(s: ShardState, e: ShardEvent): Step {
@@ -128,11 +132,16 @@ export function step(s: ShardState, e: ShardEvent): Step {
       if (s.role === 'follower') return same(s);
       return same(stepDown(s), { type: 'stopAutoCommit' });
 
+    case 'handOff':
+      if (s.role !== 'leader') return same(s);
+      return same({ ...s, handingOff: true });
+
     case 'update': {
       if (s.role !== 'leader') {
         const why = s.role === 'candidate' ? 'is taking over leadership and does not accept writes yet' : 'is not the leader';
         return same(s, { type: 'refuse', code: 'SHX_NOT_LEADER', why });
       }
+      if (s.handingOff) return same(s, { type: 'refuse', code: 'SHX_NOT_LEADER', why: 'is handing its leadership to the preferred leader' });
       const base = epochBase(s.epoch);
       const first = Math.max(s.clock + 1, base + 1);
       const last = first + e.count - 1;

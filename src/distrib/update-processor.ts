@@ -173,6 +173,16 @@ export class UpdateProcessor {
     }
     // Admission again, before the lock: after the log write, applying cannot fail.
     admitOps(update.ops, this.o.schema(update.collection));
+    // Counted until its fan-out ends: a leader hands its leadership over only with none in flight.
+    replica.writesInFlight++;
+    try {
+      return await this.lead(replica, update);
+    } finally {
+      replica.writesInFlight--;
+    }
+  }
+
+  private async lead(replica: ShardReplica, update: ShardUpdate): Promise<ShardUpdateResult> {
     const ops = await replica.lock.run(async () => {
       const effects = replica.step({ type: 'update', count: update.ops.length });
       this.perform(replica, effects);
