@@ -1,6 +1,6 @@
-// The cluster secret: with one, a peer server refuses every call that does not carry it (unary
-// calls, the update stream, the copy stream) before any handler runs; clients with the secret
-// are served as before.
+// The cluster secret: with one, a peer server refuses every call that changes or copies a replica
+// without it (versions, the log, commit, the update stream, the copy stream) before any handler
+// runs; reads (get, search) stay open to the smart client; clients with the secret are served.
 import { afterEach, describe, expect, it } from 'vitest';
 import { PeerClients, PeerServer, type PeerHandlers } from '../src/transport/index.js';
 import { silentLogger } from '../src/logger.js';
@@ -94,7 +94,7 @@ describe('cluster secret', () => {
   it.each([
     ['no secret', undefined],
     ['a wrong secret', 'correct horse battery stapler'],
-  ])('refuses every call with %s before any handler runs', async (_what, secret) => {
+  ])('refuses every replication call with %s before any handler runs', async (_what, secret) => {
     const calls: string[] = [];
     const c = client(await serve(SECRET, calls), secret);
     const unary = await thrown(c.call('n1', 'versions', { collection: 'c', shard: 'shard1' }));
@@ -105,6 +105,9 @@ describe('cluster secret', () => {
     const sent = await thrown(c.send('n1', [update]));
     expect(sent.message).toContain('cluster secret');
     expect(calls).toEqual([]);
+    // Reads are the smart client's: they are not checked.
+    expect(await c.call('n1', 'get', { collection: 'c', shard: 'shard1', ids: ['a'] })).toEqual([]);
+    expect(calls).toEqual(['get']);
   });
 
   it('checks nothing when the server has no secret', async () => {
@@ -132,5 +135,37 @@ describe('copy stream errors', () => {
     servers.push(server);
     const c = client(`127.0.0.1:${await server.listen('127.0.0.1', 0)}`);
     expect((await thrown(collect(c))).message).toContain('Snapshot is not open');
+  });
+});
+
+describe('the cluster secret file and the open-binding rule', () => {
+  it('reads one line of at least 16 characters, and says what is wrong otherwise', async () => {
+    const { mkdtemp, writeFile, rm } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { readClusterSecret, MIN_SECRET_LENGTH } = await import('../src/node/run-node.js');
+    const dir = await mkdtemp(join(tmpdir(), 'shardex-secret-'));
+    try {
+      const file = join(dir, 'cluster.secret');
+      await writeFile(file, `${SECRET}\n`);
+      expect(await readClusterSecret(file)).toBe(SECRET);
+      await writeFile(file, 'short\n');
+      const short = await thrown(readClusterSecret(file));
+      expect(short).toMatchObject({ code: 'SHX_BAD_CONFIG' });
+      expect(short.message).toContain(`at least ${MIN_SECRET_LENGTH} characters`);
+      await writeFile(file, `${SECRET}\nsecond line of it\n`);
+      expect((await thrown(readClusterSecret(file))).message).toContain('one line');
+      expect((await thrown(readClusterSecret(join(dir, 'missing')))).message).toContain('cannot read the cluster secret file');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a process reachable from other machines without a secret unless --insecure', async () => {
+    const { checkClusterSecret } = await import('../src/node/run-node.js');
+    expect(() => checkClusterSecret('0.0.0.0', undefined, undefined)).toThrow(/--cluster-secret-file.*--insecure/);
+    expect(() => checkClusterSecret('0.0.0.0', undefined, true)).not.toThrow();
+    expect(() => checkClusterSecret('0.0.0.0', SECRET, undefined)).not.toThrow();
+    expect(() => checkClusterSecret('127.0.0.1', undefined, undefined)).not.toThrow();
   });
 });

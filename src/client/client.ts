@@ -480,7 +480,7 @@ export class ShardexClient {
     return this.withDeadline(opts, `getting ${collection}/${id}`, async (signal) => {
       const s = await this.collectionState(collection);
       const shard = s.router(collection).route(id).shard;
-      if (opts.consistency === 'eventual' && this.gateway === undefined) return this.eventualGet(collection, shard, id, opts);
+      if (opts.consistency === 'eventual' && this.gateway === undefined) return this.eventualGet(collection, shard, id, opts, signal);
       try {
         return await this.executor.value(this.singleOp(), {
           route: { to: 'leader', collection, shard, spread: this.nextSpread() },
@@ -522,30 +522,31 @@ export class ShardexClient {
     return this.readPathCache.path;
   }
 
-  private eventualOptions(opts: ReadOptions): { consistency: 'eventual'; scanType?: string; minVersion?: string } {
+  private eventualOptions(opts: ReadOptions, signal: AbortSignal | undefined): { consistency: 'eventual'; scanType?: string; minVersion?: string; signal?: AbortSignal } {
     return {
       consistency: 'eventual',
+      ...(signal && { signal }),
       ...(opts.scanType !== undefined && { scanType: opts.scanType }),
       ...(opts.minVersion !== undefined && { minVersion: String(opts.minVersion) }),
     };
   }
 
   /** An eventual read through the one retry loop: retryable failures retried, the state re-read in between. */
-  private retryRead<T>(run: () => Promise<T>): Promise<T> {
-    return this.executor.value(this.singleOp(), { route: { to: 'self' }, send: () => run() });
+  private retryRead<T>(signal: AbortSignal | undefined, run: () => Promise<T>): Promise<T> {
+    return this.executor.value(this.singleOp(), { route: { to: 'self' }, ...(signal && { signal }), send: () => run() });
   }
 
-  private async eventualGet(collection: string, shard: string, id: string, opts: ReadOptions): Promise<StoredDoc | undefined> {
-    const { entries } = await this.retryRead(() => this.eventualPath().get(collection, shard, [id], this.eventualOptions(opts)));
+  private async eventualGet(collection: string, shard: string, id: string, opts: ReadOptions, signal: AbortSignal | undefined): Promise<StoredDoc | undefined> {
+    const { entries } = await this.retryRead(signal, () => this.eventualPath().get(collection, shard, [id], this.eventualOptions(opts, signal)));
     const e = entries[0];
     return e && e.doc !== null ? ({ ...e.doc, id: e.id, _version_: e.version, _shard_: shard } as StoredDoc) : undefined;
   }
 
-  private async eventualSearch(collection: string, query: string, opts: SearchOptions): Promise<SearchResult> {
+  private async eventualSearch(collection: string, query: string, opts: SearchOptions, signal: AbortSignal | undefined): Promise<SearchResult> {
     const c = (await this.collectionState(collection)).collection(collection)!;
-    return this.retryRead(async () => {
+    return this.retryRead(signal, async () => {
       const servedBy: Record<string, ServedBy> = {};
-      const searchers = this.eventualPath().searchers(collection, c.shards.map((s) => s.name), this.eventualOptions(opts), servedBy);
+      const searchers = this.eventualPath().searchers(collection, c.shards.map((s) => s.name), this.eventualOptions(opts, signal), servedBy);
       const res = await distributedSearch(parseSchema(c.fields), searchers, {
         q: query,
         ...(opts.filter !== undefined && { filters: [opts.filter] }),
@@ -560,7 +561,7 @@ export class ShardexClient {
 
   /** A distributed search, through any usable node (eventual: the client picks readers itself). */
   async search(collection: string, query: string, opts: SearchOptions = {}): Promise<SearchResult> {
-    if (opts.consistency === 'eventual' && this.gateway === undefined) return this.withDeadline(opts, `searching ${collection}`, () => this.eventualSearch(collection, query, opts));
+    if (opts.consistency === 'eventual' && this.gateway === undefined) return this.withDeadline(opts, `searching ${collection}`, (signal) => this.eventualSearch(collection, query, opts, signal));
     const params = readParams(opts);
     params.set('q', query);
     if (opts.filter !== undefined) params.set('filter', opts.filter);

@@ -157,11 +157,12 @@ function clusterProcess(name: string, description: string, what: string, default
     .option('--name <name>', `${what} name (default: host_port)`)
     .option('--host <host>', 'address to bind (0.0.0.0 = every interface)', '127.0.0.1')
     .option('--advertise-host <host>', `address other nodes and clients reach this ${what} at (default: --host)`)
-    .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000);
+    .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
+    .addOption(new Option('--cluster-secret-file <file>', 'file with the secret every gRPC call between nodes and readers carries (the same file everywhere)').env('SHARDEX_CLUSTER_SECRET_FILE'))
+    .option('--insecure', 'serve without --api-keys / --cluster-secret-file on a --host other machines can reach (refused otherwise)');
 }
 
 httpFlags(readBalanceFlags(clusterProcess('node', 'start one node of a cluster coordinated by ZooKeeper', 'node', { port: 8983, data: './data' })))
-  .option('--insecure', 'serve without --api-keys on a --host other machines can reach (refused otherwise)')
   .option('--log-retention <n>', 'update-log entries kept per shard for peer sync', intArg('--log-retention', 100, 100_000_000), 100_000)
   .option(WRITE_BUFFER_FLAG, WRITE_BUFFER_HELP, writeBufferArg)
   .action(async (o: RunNodeOptions) => {

@@ -64,6 +64,8 @@ export class ThreadedDevCluster {
   private readonly http: ShardexNodeOptions['http'];
   /** Headers of this process's own requests (the cluster view, creating the collection). */
   private readonly headers: Record<string, string> = {};
+  /** A cluster secret for this run, random, never printed: only its own members reach each other over gRPC. */
+  private readonly clusterSecret = randomBytes(32).toString('hex');
 
   constructor(opts: ThreadedDevClusterOptions) {
     this.o = opts;
@@ -109,6 +111,7 @@ export class ThreadedDevCluster {
       ...(this.o.writeBufferMb !== undefined && { writeBufferMb: this.o.writeBufferMb }),
       ...(kind === 'node' && this.o.readBalance && { readBalance: this.o.readBalance }),
       ...(kind === 'node' && this.http && { http: this.http }),
+      clusterSecret: this.clusterSecret,
       port: port2,
     };
     // A larger young generation: ingest allocates many short-lived objects per document, and

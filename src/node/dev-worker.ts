@@ -19,6 +19,8 @@ export interface DevWorkerData {
   readonly writeBufferMb?: number;
   readonly readBalance?: ReadBalanceOptions;
   readonly http?: ShardexNodeOptions['http'];
+  /** The run's cluster secret: every gRPC call between its nodes and readers carries it. */
+  readonly clusterSecret: string;
   readonly port: MessagePort;
 }
 
@@ -29,7 +31,7 @@ async function main(): Promise<void> {
   const parent = parentPort!;
   const logger = createLogger({ file: d.logFile });
   const coordinator = new ClusterCoordinator({ store: new PortZNodeStore(d.port), logger: logger.child({ node: d.name }) });
-  const common = { name: d.name, host: d.host, httpPort: d.httpPort, grpcPort: d.grpcPort, dataDir: d.dataDir, coordinator, logger };
+  const common = { name: d.name, host: d.host, httpPort: d.httpPort, grpcPort: d.grpcPort, dataDir: d.dataDir, coordinator, logger, clusterSecret: d.clusterSecret };
   const server =
     d.kind === 'node'
       ? new ShardexNode({

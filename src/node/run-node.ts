@@ -1,5 +1,6 @@
 // `shardex node` and `shardex reader`: one process of a ZooKeeper-coordinated cluster each.
 import { isIP } from 'node:net';
+import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
@@ -22,13 +23,48 @@ export interface ProcessOptions {
   /** Address peers and clients reach this process at (default: host). */
   readonly advertiseHost?: string;
   readonly zkTimeout: number;
+  /** File holding the secret every gRPC call between nodes and readers carries (`--cluster-secret-file`). */
+  readonly clusterSecretFile?: string;
+  /** Run without the secrets a process reachable from other machines needs (refused otherwise). */
+  readonly insecure?: boolean;
+}
+
+/** Shortest cluster secret accepted. */
+export const MIN_SECRET_LENGTH = 16;
+
+/** The cluster secret in `file` (one line; surrounding whitespace dropped); SHX_BAD_CONFIG when unusable. */
+export async function readClusterSecret(file: string): Promise<string> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new ShardexError('SHX_BAD_CONFIG', `cannot read the cluster secret file ${file} (--cluster-secret-file): ${(err as Error).message}`);
+  }
+  const secret = text.trim();
+  if (secret.length < MIN_SECRET_LENGTH || /[\r\n]/.test(secret)) {
+    throw new ShardexError(
+      'SHX_BAD_CONFIG',
+      `the cluster secret in ${file} must be one line of at least ${MIN_SECRET_LENGTH} characters (e.g. \`openssl rand -hex 32 > ${file}\`); give every node and reader the same file`,
+    );
+  }
+  return secret;
+}
+
+/**
+ * A process reachable from other machines without a cluster secret lets anyone who reaches its
+ * gRPC port replicate into its shards or copy them. That takes --insecure, said on purpose.
+ */
+export function checkClusterSecret(host: string, secret: string | undefined, insecure: boolean | undefined): void {
+  if (secret !== undefined || insecure || isLoopback(host)) return;
+  throw new ShardexError(
+    'SHX_BAD_CONFIG',
+    `--host ${host} is reachable from other machines and no --cluster-secret-file is given: anyone who reaches the gRPC port could replicate into this process's shards or copy them. Give every node and reader the same --cluster-secret-file (or SHARDEX_CLUSTER_SECRET_FILE), bind a loopback --host, or pass --insecure to run without it on purpose`,
+  );
 }
 
 export interface RunNodeOptions extends ProcessOptions, ReadBalanceFlags, HttpFlags {
   readonly logRetention?: number;
   readonly writeBufferMb?: number;
-  /** Serve without API keys on a non-loopback --host (refused otherwise). */
-  readonly insecure?: boolean;
 }
 
 /** `--api-keys` and the limit flags (`--max-...`), taken by `shardex node` and `shardex dev`. */
@@ -105,6 +141,7 @@ interface ProcessContext {
   readonly dataDir: string;
   readonly host: string;
   readonly advertiseHost: string;
+  readonly clusterSecret?: string;
 }
 
 /**
@@ -116,13 +153,24 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
   if (['0.0.0.0', '::', '[::]'].includes(advertiseHost)) {
     throw new ShardexError('SHX_BAD_CONFIG', `--host ${o.host} binds every interface, which nobody can connect to: give --advertise-host with the name or address others reach this process at`);
   }
+  const clusterSecret = o.clusterSecretFile === undefined ? undefined : await readClusterSecret(o.clusterSecretFile);
+  checkClusterSecret(o.host, clusterSecret, o.insecure);
   const logger = createLogger();
   const name = o.name ?? `${advertiseHost}_${o.port}`;
   const store = await ZooKeeperStore.connect({ connectString: o.zk, sessionTimeoutMs: o.zkTimeout, logger });
   // Stop acting as leader after a third of the session timeout without ZooKeeper: by then
   // the session may have expired and another replica may lead.
   const coordinator = new ClusterCoordinator({ store, logger: logger.child({ node: name }), leaderGraceMs: Math.floor(o.zkTimeout / 3) });
-  const server = build({ logger, name, coordinator, grpcPort: o.grpcPort ?? (o.port === 0 ? 0 : o.port + 1000), dataDir: resolve(o.data), host: o.host, advertiseHost });
+  const server = build({
+    logger,
+    name,
+    coordinator,
+    grpcPort: o.grpcPort ?? (o.port === 0 ? 0 : o.port + 1000),
+    dataDir: resolve(o.data),
+    host: o.host,
+    advertiseHost,
+    ...(clusterSecret !== undefined && { clusterSecret }),
+  });
   const stop = async (signal: string): Promise<void> => {
     logger.info({ signal }, 'stopping');
     await server.stop();

@@ -4,7 +4,9 @@
 // ShardexError crosses the wire as a gRPC status plus the `shx-code` metadata entry, and is
 // rebuilt on the other side; a broken channel becomes a transient SHX_UNAVAILABLE. With a cluster
 // secret, every call carries it (`shx-secret` metadata) and the server refuses, before anything
-// else, every call that does not (UNAUTHENTICATED, SHX_UNAUTHORIZED).
+// else, every call that changes or copies a replica without it (updates, commit, the log, copies,
+// versions: UNAUTHENTICATED, SHX_UNAUTHORIZED). Reads (get, search) are what the smart client
+// sends readers and leaders directly, and are not checked.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
@@ -181,11 +183,11 @@ export class PeerServer {
   constructor(handlers: PeerHandlers, log: Logger, opts: PeerServerOptions = {}) {
     const refused = secretChecker(opts.secret);
     const unary =
-      <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>) =>
+      <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>, trusted = true) =>
       (call: grpc.ServerUnaryCall<JsonMessage, JsonMessage>, cb: grpc.sendUnaryData<JsonMessage>): void => {
         let req: z.infer<S>;
         try {
-          const problem = refused(call.metadata);
+          const problem = trusted ? refused(call.metadata) : undefined;
           if (problem) throw problem;
           req = checked(method, schema, call.request.body);
         } catch (err) {
@@ -224,8 +226,8 @@ export class PeerServer {
         call.on('end', () => call.end());
         call.on('error', () => undefined);
       },
-      get: unary('get', GetRequest, (r) => handlers.get(r)),
-      search: unary('search', SearchRequest, (r) => handlers.search(r)),
+      get: unary('get', GetRequest, (r) => handlers.get(r), false),
+      search: unary('search', SearchRequest, (r) => handlers.search(r), false),
       commit: unary('commit', CommitRequest, (r) => handlers.commit(r)),
       versions: unary('versions', VersionsRequest, (r) => handlers.versions(r)),
       updatesAfter: unary('updatesAfter', UpdatesAfterRequest, (r) => handlers.updatesAfter(r)),

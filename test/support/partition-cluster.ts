@@ -63,7 +63,7 @@ export class NamespacedCluster {
   async start(name: string): Promise<void> {
     const node = this.nodes.get(name)!;
     const { addr } = this.lab.host(name);
-    const args = ['node', '--zk', `${this.zk}/shardex`, '--host', addr, '--port', '8983', '--grpc-port', '9983', '--name', name, '--data', node.dataDir, '--zk-timeout', String(this.spec.zkTimeoutMs)];
+    const args = ['node', '--zk', `${this.zk}/shardex`, '--host', addr, '--port', '8983', '--grpc-port', '9983', '--name', name, '--data', node.dataDir, '--zk-timeout', String(this.spec.zkTimeoutMs), '--insecure'];
     const child = this.lab.spawn(name, [process.execPath, CLI, ...args], { env: { ...process.env, SHARDEX_LOG_LEVEL: 'info' } });
     node.child = child;
     // Everything it prints goes to <root>/<name>.log (kept with SHARDEX_PARTITION_KEEP); the last lines also stay in memory.
