@@ -229,4 +229,19 @@ describe('a replica index on disk', () => {
     expect(await index.maybeCheckpoint()).toBe(true);
     expect(await index.maybeCheckpoint(Date.now() + 120_000)).toBe(false);
   });
+
+  it('writes a large index less often: after a share of its documents changed', async () => {
+    const store = await ReplicaStore.open(dir);
+    stores.push(store);
+    const replica = new ShardReplica('c', 'shard1', store, log);
+    const { index } = await PersistedIndex.open({ dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 10, changedShare: 0.5, maxAgeMs: 60_000 } });
+    replica.index = index;
+    await replica.apply(Array.from({ length: 100 }, (_, i) => put(i)));
+    expect(await index.maybeCheckpoint()).toBe(true);
+    // 100 documents: 10 changes are not half of them.
+    await replica.apply(Array.from({ length: 10 }, (_, i) => put(i, 1)));
+    expect(await index.maybeCheckpoint()).toBe(false);
+    await replica.apply(Array.from({ length: 40 }, (_, i) => put(i + 10, 1)));
+    expect(await index.maybeCheckpoint()).toBe(true);
+  });
 });

@@ -15,13 +15,18 @@ import { SearchIndexBinding } from './replica.js';
 export const SEGMENT_FILE = 'shardex-index.seg';
 
 export interface CheckpointPolicy {
-  /** Changes (applied ops) after which a segment is written at the next check; default 20,000. */
+  /** Changes (applied ops) after which a segment is written at the next check; default 20,000... */
   readonly maxChanges: number;
+  /**
+   * ...or this share of the index's documents, if more: a segment holds the whole index, so a
+   * large replica writes one less often (default 0.1: a tenth of it changed).
+   */
+  readonly changedShare: number;
   /** Any change at all gets a segment once the last one is this old; default 60 s. */
   readonly maxAgeMs: number;
 }
 
-export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 20_000, maxAgeMs: 60_000 };
+export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 20_000, changedShare: 0.1, maxAgeMs: 60_000 };
 
 /** How the index came back at open. */
 export interface IndexOpenReport {
@@ -102,7 +107,8 @@ export class PersistedIndex extends SearchIndexBinding {
   /** Writes a segment when the policy says so; returns whether it did. */
   async maybeCheckpoint(now = Date.now()): Promise<boolean> {
     if (this.changes === 0) return false;
-    if (this.changes < this.policy.maxChanges && now - this.lastCheckpointAt < this.policy.maxAgeMs) return false;
+    const enough = Math.max(this.policy.maxChanges, this.policy.changedShare * this.index.size);
+    if (this.changes < enough && now - this.lastCheckpointAt < this.policy.maxAgeMs) return false;
     await this.checkpoint();
     return true;
   }

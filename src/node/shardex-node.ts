@@ -60,7 +60,7 @@ export interface ShardexNodeOptions {
   readonly selectorProfiles?: unknown;
   /** How long a delete's tombstone is kept (Elasticsearch's gc_deletes); default 60 s. */
   readonly deleteRetentionMs?: number;
-  /** When replicas write their index segment (default: 20,000 changes, or any change after 60 s). */
+  /** When replicas write their index segment (default: 20,000 changes or a tenth of the documents, or any change after 60 s). */
   readonly checkpointPolicy?: Partial<CheckpointPolicy>;
   /** Observes every batch a replica writes to disk (tests check sync-before-ack with it). */
   readonly onStoreWrite?: (replica: string, write: StoreWrite) => void;
