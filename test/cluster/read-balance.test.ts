@@ -190,8 +190,9 @@ describe('read balancing by priority across reader groups', () => {
   });
 
   it('gives the slots back when the client disconnects, before the read itself ends', async () => {
-    // Scans of this group take 20 s: only the disconnect can give the slot back within the test.
-    const slow = await tc.cluster.startReader(2, { group: 'slow', scanDelayMs: 20_000, snapshotExpiryMs: 600_000 });
+    // Scans of this group take 20 s: only the disconnect can give the slot back within the test
+    // (and stopping the reader afterwards does not wait for its scan to end).
+    const slow = await tc.cluster.startReader(2, { group: 'slow', scanDelayMs: 20_000, snapshotExpiryMs: 600_000, drainTimeoutMs: 100 });
     const url = urls[0]!;
     try {
       expect((await put('gone', 'slow', { weight: 1, slots: 1 })).status).toBe(200);

@@ -137,7 +137,9 @@ describe('a leader whose ZooKeeper session expires (3 processes, 1 shard x 3 rep
       procs.resume(old);
       const resumed = writer.acked.size;
       await until('writes after the old leader resumed', 60_000, async () => (writer.acked.size > resumed + 300 ? true : undefined));
-      expect((await clusterView(others[0]!)).collections[C]!.shards.shard1!.leader).not.toBe(old);
+      // Once it has recovered it may lead again (the shard's leadership returns to its preferred
+      // node), elected anew; what it must never do is acknowledge a write as the deposed leader:
+      // the writer saw no unexpected answer, and every acknowledged write is on the replicas.
     } finally {
       await writer.stop();
     }
