@@ -215,3 +215,24 @@ describe('delete retention (gc_deletes)', () => {
     expect(s.docCount).toBe(1);
   });
 });
+
+describe('the durable point an index segment is captured at', () => {
+  it('comes right after a synced write, with every batch before it applied, also with durability async', async () => {
+    const writes: StoreWrite[] = [];
+    const store = await open(writes, 'async', 60_000);
+    const seen: UpdateOp[][] = [];
+    store.setSink((ops) => seen.push([...ops]));
+    await store.apply([op('a', 1), op('b', 2)]);
+    await store.apply([op('c', 3)]);
+    expect(writes.every((w) => !w.sync)).toBe(true);
+    const at = await store.atDurablePoint((seq) => ({ seq, applied: seen.flat().map((o) => o.id), writesBefore: writes.length }));
+    // The callback ran within the synced write that made everything before it durable (its
+    // onWrite report comes right after)...
+    expect(writes.slice(at.writesBefore)).toEqual([{ versions: [], sync: true, applies: 1 }]);
+    // ...with the sink told of every batch up to the point's sequence, and the journal agreeing.
+    expect(at.applied).toEqual(['a', 'b', 'c']);
+    expect(at.seq).toBe(store.changeSeq);
+    expect(await store.changedSince(0)).toEqual(['a', 'b', 'c']);
+    expect(await store.changedSince(at.seq)).toEqual([]);
+  });
+});

@@ -1,12 +1,15 @@
 // `npm start` is `shardex dev`: the local cluster with each node in its own worker thread around
 // one embedded coordinator. Started here as a child process, as a user starts it: it serves
 // writes, reads and eventual searches, stops on Ctrl-C (SIGINT), and keeps its data for the
-// next start.
+// next start. Its gRPC ports take replication calls only with the run's own cluster secret.
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ShardexError } from '../../src/errors.js';
+import { silentLogger } from '../../src/logger.js';
+import { PeerClients } from '../../src/transport/index.js';
 import { http } from '../support/cluster.js';
 import { killAllDev, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
 
@@ -54,6 +57,22 @@ describe('shardex dev (npm start)', () => {
     for (let i = 0; i < 3; i++) expect(text).toContain(`http://127.0.0.1:${base + i}`);
     expect(text).toContain('collection "docs": 2 shards x 2 replicas');
     expect(text).toContain('curl -s');
+  });
+
+  it("refuses replication calls from a process without the run's cluster secret, and serves reads", async () => {
+    const nodes = (await http('GET', `http://127.0.0.1:${base}/api/cluster`)).body.nodes as Array<{ name: string; grpc: string; role: string }>;
+    const node = nodes.find((n) => n.role === 'data')!;
+    const peers = new PeerClients({ resolve: () => node.grpc, logger: silentLogger(), callTimeoutMs: 5000 });
+    try {
+      const refused = await peers.call(node.name, 'versions', { collection: 'docs', shard: 'shard1' }).then(
+        () => undefined,
+        (err: unknown) => err as ShardexError,
+      );
+      expect(refused).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      expect(await peers.call(node.name, 'get', { collection: 'docs', shard: 'shard1', ids: ['nothing-here'] })).toBeDefined();
+    } finally {
+      peers.close();
+    }
   });
 
   it('takes writes on any node and serves reads and searches from every node', async () => {
