@@ -1,28 +1,18 @@
 // Durability of one replica store: with `request` every apply resolves only after a synced batch
 // holds it; concurrent applies share one sync (group commit); `async` syncs on its interval; the
 // fence and the data format survive a reopen; convergent recovery's reconcile.
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Level } from 'level';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ReplicaStore, type StoreWrite, type UpdateOp } from '../src/ulog/index.js';
+import { useTempStores } from './support/temp-stores.js';
 import { thrown } from './support/errors.js';
 
-let dir: string;
-const stores: ReplicaStore[] = [];
-
-beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'shardex-durability-'));
-});
-
-afterEach(async () => {
-  for (const s of stores.splice(0)) await s.close().catch(() => undefined);
-  await rm(dir, { recursive: true, force: true });
-});
+const tmp = useTempStores('durability');
+const stores = tmp.stores;
 
 async function open(writes: StoreWrite[], mode: 'request' | 'async' = 'request', syncIntervalMs = 5000, name = 'r'): Promise<ReplicaStore> {
-  const s = await ReplicaStore.open(join(dir, name), { durability: { mode, syncIntervalMs }, onWrite: (w) => writes.push(w) });
+  const s = await ReplicaStore.open(join(tmp.dir, name), { durability: { mode, syncIntervalMs }, onWrite: (w) => writes.push(w) });
   stores.push(s);
   return s;
 }
@@ -113,7 +103,7 @@ describe('fence and format across a reopen', () => {
   });
 
   it('refuses data written by another version, saying what to do', async () => {
-    const path = join(dir, 'old');
+    const path = join(tmp.dir, 'old');
     const db = new Level<string, string>(path);
     await db.put('d1', '{"id":"1","v":5,"doc":{"id":"1"}}');
     await db.close();
@@ -160,7 +150,7 @@ describe('reconcile (convergent recovery)', () => {
 
 describe('bounded memory', () => {
   async function openWith(name: string, opts: { idCacheSize?: number; deleteRetentionMs?: number }): Promise<ReplicaStore> {
-    const s = await ReplicaStore.open(join(dir, name), opts);
+    const s = await ReplicaStore.open(join(tmp.dir, name), opts);
     stores.push(s);
     return s;
   }
@@ -192,7 +182,7 @@ describe('bounded memory', () => {
 
 describe('delete retention (gc_deletes)', () => {
   it('keeps a tombstone within the retention, blocking an older add, and drops it after', async () => {
-    const s = await ReplicaStore.open(join(dir, 'gc'), { deleteRetentionMs: 60_000 });
+    const s = await ReplicaStore.open(join(tmp.dir, 'gc'), { deleteRetentionMs: 60_000 });
     stores.push(s);
     await s.apply([op('a', 1)]);
     await s.apply([{ id: 'a', version: 2, doc: null }]);
@@ -206,7 +196,7 @@ describe('delete retention (gc_deletes)', () => {
   });
 
   it('does not drop a tombstone that a later write replaced', async () => {
-    const s = await ReplicaStore.open(join(dir, 'gc2'), { deleteRetentionMs: 1000 });
+    const s = await ReplicaStore.open(join(tmp.dir, 'gc2'), { deleteRetentionMs: 1000 });
     stores.push(s);
     await s.apply([{ id: 'b', version: 2, doc: null }]);
     await s.apply([op('b', 3)]);

@@ -2,15 +2,15 @@
 // hits, scores, totals, sort values, and the same behaviour under later writes); a replica opens
 // from its segment plus the changes journaled after it; a damaged, truncated or foreign segment
 // is detected, rebuilt from the documents, and queries return exactly what they did before.
-import { mkdtemp, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, stat, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { PersistedIndex, SEGMENT_FILE } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { decodeSegment, encodeSegment, parseSchema, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
+import { useTempStores } from './support/temp-stores.js';
 
 const log = pino({ level: 'silent' });
 const schema = parseSchema({ title: 'text', tag: 'keyword', price: 'number', at: 'date' });
@@ -91,22 +91,14 @@ describe('segment file', () => {
 });
 
 describe('a replica index on disk', () => {
-  let dir: string;
-  const stores: ReplicaStore[] = [];
-
-  beforeEach(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'shardex-segment-'));
-  });
-  afterEach(async () => {
-    for (const s of stores.splice(0)) await s.close().catch(() => undefined);
-    await rm(dir, { recursive: true, force: true });
-  });
+  const tmp = useTempStores('segment');
+  const stores = tmp.stores;
 
   async function openReplica(fingerprint = FINGERPRINT): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
-    const store = await ReplicaStore.open(dir);
+    const store = await ReplicaStore.open(tmp.dir);
     stores.push(store);
     const replica = new ShardReplica('c', 'shard1', store, log);
-    const { index, report } = await PersistedIndex.open({ dir, schema, fingerprint, store, log });
+    const { index, report } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint, store, log });
     replica.index = index;
     return { replica, index, report };
   }
@@ -179,7 +171,7 @@ describe('a replica index on disk', () => {
     await index.checkpoint();
     const before = results(index.index);
     await crash();
-    await damage(join(dir, SEGMENT_FILE));
+    await damage(join(tmp.dir, SEGMENT_FILE));
 
     ({ replica, index, report } = await openReplica());
     expect(report.method).toBe('rebuilt');
@@ -206,7 +198,7 @@ describe('a replica index on disk', () => {
     await replica.apply([put(1), put(2), put(3)]);
     await index.checkpoint();
     await replica.reset();
-    await expect(stat(join(dir, SEGMENT_FILE))).rejects.toThrow(/ENOENT/);
+    await expect(stat(join(tmp.dir, SEGMENT_FILE))).rejects.toThrow(/ENOENT/);
     await replica.apply([put(9)]);
     await crash();
     let report;
@@ -217,10 +209,10 @@ describe('a replica index on disk', () => {
   });
 
   it('writes a segment when the policy says so, and not before', async () => {
-    const store = await ReplicaStore.open(dir);
+    const store = await ReplicaStore.open(tmp.dir);
     stores.push(store);
     const replica = new ShardReplica('c', 'shard1', store, log);
-    const { index } = await PersistedIndex.open({ dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 10, maxAgeMs: 60_000 } });
+    const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 10, maxAgeMs: 60_000 } });
     replica.index = index;
     await replica.apply([put(1), put(2)]);
     expect(await index.maybeCheckpoint()).toBe(false);
@@ -231,10 +223,10 @@ describe('a replica index on disk', () => {
   });
 
   it('writes a large index less often: after a share of its documents changed', async () => {
-    const store = await ReplicaStore.open(dir);
+    const store = await ReplicaStore.open(tmp.dir);
     stores.push(store);
     const replica = new ShardReplica('c', 'shard1', store, log);
-    const { index } = await PersistedIndex.open({ dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 10, changedShare: 0.5, maxAgeMs: 60_000 } });
+    const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 10, changedShare: 0.5, maxAgeMs: 60_000 } });
     replica.index = index;
     await replica.apply(Array.from({ length: 100 }, (_, i) => put(i)));
     expect(await index.maybeCheckpoint()).toBe(true);

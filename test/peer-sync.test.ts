@@ -1,31 +1,20 @@
 // Peer sync compares the two update logs by version and fetches only the entries the replica's
 // log lacks (a restart with what the leader has transfers versions, not documents); after it,
 // convergence replaces what only the replica holds (a deposed leader's unacknowledged write).
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { syncFrom, type PeerLogInfo, type SyncSource } from '../src/distrib/recovery.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { epochBase } from '../src/distrib/shard-state.js';
 import { ReplicaStore, type StoredEntry, type UpdateOp } from '../src/ulog/index.js';
+import { useTempStores } from './support/temp-stores.js';
 
-let dir: string;
-const stores: ReplicaStore[] = [];
-
-beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'shardex-peer-sync-'));
-});
-
-afterEach(async () => {
-  for (const s of stores.splice(0)) await s.close().catch(() => undefined);
-  await rm(dir, { recursive: true, force: true });
-});
+const tmp = useTempStores('peer-sync');
 
 async function replicaIn(name: string): Promise<ShardReplica> {
-  const store = await ReplicaStore.open(join(dir, name));
-  stores.push(store);
+  const store = await ReplicaStore.open(join(tmp.dir, name));
+  tmp.stores.push(store);
   return new ShardReplica('c', 'shard1', store, pino({ level: 'silent' }));
 }
 
@@ -84,32 +73,23 @@ describe('peer sync', () => {
     expect(replica.store.docCount).toBe(1999);
   });
 
-  it('transfers no entry when the replica already holds the leader log', async () => {
+  it.each([
+    // The replica got every update in order: the logs match, nothing is transferred.
+    ['transfers no entry when the replica already holds the leader log', 'in order', 0],
+    // Newest first: each id's older versions arrive after its newest and are dropped, never
+    // logged; peer sync fetches those superseded versions and drops them again.
+    ['converges when updates reached the replica out of order', 'newest first', 180],
+  ] as const)('%s', async (_what, order, transferred) => {
     const leader = await replicaIn('leader');
     const replica = await replicaIn('replica');
     const ops = Array.from({ length: 300 }, (_, i) => op(`d${i % 120}`, i + 1, i % 7 === 0 ? 'deleted' : 'live'));
     await leader.apply(ops);
-    await replica.apply(ops);
+    await replica.apply(order === 'in order' ? ops : [...ops].reverse());
     const counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
     expect(report.applied).toBe(0);
-    expect(counts.entries).toBe(0);
-    expect(await contents(replica)).toEqual(await contents(leader));
-  });
-
-  it('converges when updates reached the replica out of order (superseded versions are fetched and dropped)', async () => {
-    const leader = await replicaIn('leader');
-    const replica = await replicaIn('replica');
-    const ops = Array.from({ length: 300 }, (_, i) => op(`d${i % 120}`, i + 1, i % 7 === 0 ? 'deleted' : 'live'));
-    await leader.apply(ops);
-    // Newest first: each id's older versions arrive after its newest and are dropped, never logged.
-    await replica.apply([...ops].reverse());
-    const counts = { entries: 0, versions: 0 };
-    const source = sourceOf(leader, counts);
-    const report = await syncFrom(replica, source, await source.info());
-    expect(report.applied).toBe(0);
-    expect(counts.entries).toBe(180);
+    expect(counts.entries).toBe(transferred);
     expect(await contents(replica)).toEqual(await contents(leader));
   });
 

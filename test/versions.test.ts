@@ -1,10 +1,9 @@
 // Versions and fencing on one replica: the update processor's TOLEADER and FROMLEADER
 // phases over a real ReplicaStore (LevelDB in a temp dir), with a stub coordinator and a
 // stub distributor. Also what the store keeps across a reopen, and how it trims its log.
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { CollectionState, Coordinator, LeaderInfo } from '../src/coordination/index.js';
 import type { CommandDistributor } from '../src/distrib/distributor.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../src/transport/index.js';
@@ -15,22 +14,14 @@ import { UpdateProcessor } from '../src/distrib/update-processor.js';
 import { ShardexError } from '../src/errors.js';
 import { silentLogger } from '../src/logger.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
+import { useTempStores } from './support/temp-stores.js';
 
 const log = silentLogger();
-let dir: string;
-const stores: ReplicaStore[] = [];
-
-beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'shardex-versions-'));
-});
-
-afterEach(async () => {
-  for (const s of stores.splice(0)) await s.close().catch(() => undefined);
-  await rm(dir, { recursive: true, force: true });
-});
+const tmp = useTempStores('versions');
+const stores = tmp.stores;
 
 async function openStore(name = 'r', logRetention?: number): Promise<ReplicaStore> {
-  const s = await ReplicaStore.open(join(dir, name), logRetention === undefined ? {} : { logRetention });
+  const s = await ReplicaStore.open(join(tmp.dir, name), logRetention === undefined ? {} : { logRetention });
   stores.push(s);
   return s;
 }
@@ -543,7 +534,7 @@ describe('ReplicaStore write failures', () => {
 
 describe('replica store write buffer', () => {
   it('takes a LevelDB write buffer size, flushing to table files that much sooner, and loses nothing', async () => {
-    const path = join(dir, 'small-buffer');
+    const path = join(tmp.dir, 'small-buffer');
     // LevelDB's smallest write buffer (64 KiB); 2,000 documents of ~1 KiB go far past it, so
     // memtables are written to table files while the store is open (the default 4 MiB would not).
     const store = await ReplicaStore.open(path, { writeBufferSize: 64 * 1024 });
