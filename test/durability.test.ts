@@ -226,3 +226,16 @@ describe('the durable point an index segment is captured at', () => {
     expect(await store.changedSince(at.seq)).toEqual([]);
   });
 });
+
+describe('the change journal', () => {
+  it('is not kept by a store that says so (a reader copy), which still tells its sink', async () => {
+    const store = await ReplicaStore.open(join(tmp.dir, 'copy'), { journalChanges: false });
+    stores.push(store);
+    const seen: string[] = [];
+    store.setSink((ops) => seen.push(...ops.map((o) => o.id)));
+    await store.apply([op('a', 1), op('b', 2)]);
+    expect(seen).toEqual(['a', 'b']);
+    expect(store.changeSeq).toBe(0);
+    expect(await store.changedSince(0)).toEqual([]);
+  });
+});

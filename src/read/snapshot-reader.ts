@@ -348,7 +348,8 @@ export class SnapshotReader {
     if (!state) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' does not exist`);
     const dir = join(this.o.dataDir, collection, `${shard}.${this.generation++}`);
     await rm(dir, { recursive: true, force: true });
-    const store = await ReplicaStore.open(dir, { logRetention: 1 });
+    // A copy that is refreshed in place for as long as it is cached: no change journal (it has no persisted index).
+    const store = await ReplicaStore.open(dir, { logRetention: 1, journalChanges: false });
     const replica = new ShardReplica(collection, shard, store, this.log);
     const binding = new SearchIndexBinding(parseSchema(state.fields));
     replica.index = binding;

@@ -72,6 +72,11 @@ export interface ReplicaStoreOptions {
   readonly deleteRetentionMs?: number;
   /** Ids whose version and liveness stay in memory (the recently touched); default 100,000. */
   readonly idCacheSize?: number;
+  /**
+   * Journal the ids each batch changes (default true): what a persisted index replays after its
+   * segment, which then trims the journal. A store without one (a reader's copy) says false.
+   */
+  readonly journalChanges?: boolean;
 }
 
 export const DEFAULT_DELETE_RETENTION_MS = 60_000;
@@ -201,6 +206,7 @@ export class ReplicaStore {
   private syncTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private sink: ApplySink | undefined;
+  private readonly journal: boolean;
   /** Newest change sequence assigned to a batch. */
   private seq = 0;
   /** Newest change sequence whose batch is on disk and whose ops the sink was told. */
@@ -213,6 +219,7 @@ export class ReplicaStore {
     this.onWrite = opts.onWrite;
     this.idCacheSize = opts.idCacheSize ?? 100_000;
     this.deleteRetentionMs = opts.deleteRetentionMs ?? DEFAULT_DELETE_RETENTION_MS;
+    this.journal = opts.journalChanges ?? true;
   }
 
   /** Opens (creating if needed) the store in `dir` and loads its version map. */
@@ -292,13 +299,6 @@ export class ReplicaStore {
     const ids = new Set<string>();
     for await (const value of this.db.values({ gt: changeKey(seq), lt: CHANGES + ':' })) for (const id of JSON.parse(value) as string[]) ids.add(id);
     return [...ids];
-  }
-
-  /** The journal entries after `seq` (for a caller that counts them). */
-  async changesAfter(seq: number): Promise<number> {
-    let n = 0;
-    for await (const _ of this.db.keys({ gt: changeKey(seq), lt: CHANGES + ':' })) n++;
-    return n;
   }
 
   /** Drops the journal up to `seq` (a segment holds those changes now). */
@@ -525,14 +525,14 @@ export class ReplicaStore {
     if (this.pending === group) this.pending = undefined;
     const ops = group.ops.length > 0 ? group.ops : [{ type: 'put' as const, key: SYNC_MARK, value: String(Date.now()) }];
     let seq = this.appliedSeq;
-    if (group.changed.length > 0) {
+    if (this.journal && group.changed.length > 0) {
       seq = ++this.seq;
       ops.push({ type: 'put', key: changeKey(seq), value: JSON.stringify(group.changed) }, { type: 'put', key: SEQ, value: String(seq) });
     }
     try {
       await this.db.batch(ops, { sync: group.sync });
     } catch (err) {
-      if (group.changed.length > 0) this.seq = seq - 1;
+      if (seq !== this.appliedSeq) this.seq = seq - 1;
       throw err;
     }
     // Synchronously, in group order: the sink's state is exactly the batches up to appliedSeq.
