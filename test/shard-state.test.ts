@@ -278,6 +278,13 @@ describe('handing leadership over', () => {
     expect(lost).toMatchObject({ role: 'follower', handingOff: false });
   });
 
+  it('takes writes again when the handover failed', () => {
+    let s = step(step(INITIAL, { type: 'elected', epoch: 3 }).state, { type: 'ready', epoch: 3 }).state;
+    s = step(step(s, { type: 'handOff' }).state, { type: 'handOffFailed' }).state;
+    expect(s).toMatchObject({ role: 'leader', handingOff: false });
+    expect(step(s, { type: 'update', count: 1 }).effects).toEqual([{ type: 'accept', versions: [3 * EPOCH_UNIT + 1] }]);
+  });
+
   it('is nothing for a follower or a candidate', () => {
     expect(step(INITIAL, { type: 'handOff' }).state).toBe(INITIAL);
     const candidate = step(INITIAL, { type: 'elected', epoch: 2 }).state;

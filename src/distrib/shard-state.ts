@@ -54,6 +54,8 @@ export type ShardEvent =
   | { readonly type: 'lost' }
   /** The leader starts handing its leadership over: new writes are refused until it is lost. */
   | { readonly type: 'handOff' }
+  /** The handover did not happen (the election could not be left): the leader takes writes again. */
+  | { readonly type: 'handOffFailed' }
   /** A client update of `count` ops reached this replica as leader (TOLEADER). */
   | { readonly type: 'update'; readonly count: number }
   /** An update or announcement from the leader of `epoch` (FROMLEADER). */
@@ -135,6 +137,10 @@ export function step(s: ShardState, e: ShardEvent): Step {
     case 'handOff':
       if (s.role !== 'leader') return same(s);
       return same({ ...s, handingOff: true });
+
+    case 'handOffFailed':
+      if (!s.handingOff) return same(s);
+      return same({ ...s, handingOff: false });
 
     case 'update': {
       if (s.role !== 'leader') {

@@ -763,6 +763,8 @@ export class ShardexNode {
     this.perform(replica, replica.step({ type: 'handOff' }));
     await this.waitFor(() => replica.writesInFlight === 0 || replica.role !== 'leader', 10_000).catch(() => undefined);
     await this.resign(replica);
+    // Still leading (the election could not be left): take writes again; a later check retries.
+    if (replica.role === 'leader') this.perform(replica, replica.step({ type: 'handOffFailed' }));
   }
 
   replica(collection: string, shard: string): ShardReplica | undefined {
