@@ -536,6 +536,10 @@ export class ClusterCoordinator implements Coordinator {
     if (was || !e.closed) e.candidate.onLost();
   }
 
+  inElection(collection: string, shard: string): boolean {
+    return this.elections.has(`${collection}/${shard}`);
+  }
+
   async electionCandidates(collection: string, shard: string): Promise<string[]> {
     const dir = `/collections/${collection}/leader_elect/${shard}`;
     const children = (await this.store.children(dir).catch(() => [] as string[])).sort((a, b) => seqOf(a) - seqOf(b));

@@ -86,6 +86,8 @@ export interface Coordinator {
   setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void>;
   joinElection(collection: string, shard: string, candidate: ElectionCandidate): Promise<void>;
   leaveElection(collection: string, shard: string): Promise<void>;
+  /** Whether this coordinator stands in the shard's election (joined, and not left since). */
+  inElection(collection: string, shard: string): boolean;
   /** The nodes in a shard's election queue, in queue order (the leader, if any, first). */
   electionCandidates(collection: string, shard: string): Promise<string[]>;
   /** Per-replica terms of a shard (node name -> term). */

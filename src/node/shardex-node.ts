@@ -377,6 +377,11 @@ export class ShardexNode {
       replica.store.setDurability(durabilityOf(state));
       const mine = state?.shards.find((s) => s.name === replica.shard)?.replicas.find((r) => r.node === this.name);
       if (mine?.state === 'down' && replica.role === 'follower' && !replica.recovering) void this.recover(replica);
+      // A replica that could not rejoin its election (it resigned while coordination was
+      // unreachable) stands again now: otherwise its shard may be left without a candidate.
+      if (!this.stopped && !this.coordinator.inElection(replica.collection, replica.shard)) {
+        void this.joinElection(replica).catch((err: Error) => this.log.warn({ replica: replica.key, err: err.message }, 'could not join the election; retrying on the next cluster change'));
+      }
       // The preferred replica leads now: a later failover starts its handovers afresh.
       if (replica.role === 'follower' && mine !== undefined && this.coordinator.leader(replica.collection, replica.shard)?.node === state?.shards.find((s) => s.name === replica.shard)?.replicas[0]?.node) replica.handOvers = 0;
       if (replica.role === 'leader') void this.maybeHandOver(replica).catch((err: Error) => this.log.warn({ replica: replica.key, err: err.message }, 'could not hand leadership over'));
