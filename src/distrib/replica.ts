@@ -46,12 +46,6 @@ export class ShardReplica {
   catchingUp = false;
   /** Client updates this replica is leading (from version assignment to the end of their fan-out). */
   writesInFlight = 0;
-  /** Elections this replica let the shard's preferred leader go first in, in a row. */
-  deferrals = 0;
-  /** When this replica last handed its leadership over (ms since epoch; 0 = never). */
-  handedOverAt = 0;
-  /** Handovers tried since the preferred leader last led (each waits twice as long as the one before). */
-  handOvers = 0;
   private s: ShardState;
   private readonly log: Logger;
 

@@ -79,12 +79,6 @@ export interface ReadBalanceOptions {
   readonly pollMs?: number;
 }
 
-/** Elections in a row a replica lets its shard's preferred leader go first in. */
-const MAX_DEFERRALS = 3;
-/** The wait before a leader tries again to hand its leadership to the preferred leader (doubling). */
-const HANDOVER_RETRY_MS = 1000;
-const HANDOVER_MAX_WAIT_MS = 60_000;
-
 /** How often replicas' index checkpoint policies are checked. */
 const CHECKPOINT_CHECK_MS = 5000;
 
@@ -213,8 +207,6 @@ export class ShardexNode {
   private readonly commitTimers = new Map<string, NodeJS.Timeout>();
   private checkpointTimer: NodeJS.Timeout | undefined;
   private checkpointing = false;
-  /** Replicas with a handover check scheduled. */
-  private readonly handOverChecks = new Set<string>();
   httpUrl = '';
   grpcAddress = '';
 
@@ -382,9 +374,6 @@ export class ShardexNode {
       if (!this.stopped && !this.coordinator.inElection(replica.collection, replica.shard)) {
         void this.joinElection(replica).catch((err: Error) => this.log.warn({ replica: replica.key, err: err.message }, 'could not join the election; retrying on the next cluster change'));
       }
-      // The preferred replica leads now: a later failover starts its handovers afresh.
-      if (replica.role === 'follower' && mine !== undefined && this.coordinator.leader(replica.collection, replica.shard)?.node === state?.shards.find((s) => s.name === replica.shard)?.replicas[0]?.node) replica.handOvers = 0;
-      if (replica.role === 'leader') void this.maybeHandOver(replica).catch((err: Error) => this.log.warn({ replica: replica.key, err: err.message }, 'could not hand leadership over'));
     }
     for (const [key, replica] of this.replicas) {
       if (wanted.has(key)) continue;
@@ -700,76 +689,7 @@ export class ShardexNode {
     if (!mayStand(replica.state, activePeers)) return false;
     const terms = await this.coordinator.terms(replica.collection, replica.shard);
     const top = Math.max(0, ...Object.values(terms));
-    if ((terms[this.name] ?? 0) < top) return false;
-    return !(await this.defersToPreferred(replica, terms, top));
-  }
-
-  /**
-   * The shard's preferred leader: its first replica in placement (which starts consecutive shards
-   * on consecutive nodes), when it is another live node not behind in terms (and, with `inQueue`,
-   * standing in the election).
-   */
-  private async preferredLeader(replica: ShardReplica, terms: Readonly<Record<string, number>>, top: number, inQueue: boolean): Promise<string | undefined> {
-    const preferred = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard)?.replicas[0]?.node;
-    if (preferred === undefined || preferred === this.name || !this.coordinator.isLive(preferred) || (terms[preferred] ?? 0) < top) return undefined;
-    if (!inQueue) return preferred;
-    const queue = await this.coordinator.electionCandidates(replica.collection, replica.shard).catch(() => [] as string[]);
-    return queue.includes(preferred) ? preferred : undefined;
-  }
-
-  /**
-   * Leaders spread over the nodes (Solr's preferredLeader): a replica that may lead lets the
-   * shard's live preferred leader go first (at creation it may not have joined the election yet).
-   * A few times in a row at most, so that a preferred replica that cannot lead after all never
-   * leaves the shard without a leader for long.
-   */
-  private async defersToPreferred(replica: ShardReplica, terms: Readonly<Record<string, number>>, top: number): Promise<boolean> {
-    const preferred = replica.deferrals < MAX_DEFERRALS ? await this.preferredLeader(replica, terms, top, false) : undefined;
-    if (preferred === undefined) {
-      replica.deferrals = 0;
-      return false;
-    }
-    replica.deferrals++;
-    this.log.info({ replica: replica.key, preferred, deferrals: replica.deferrals }, 'letting the preferred leader go first');
-    return true;
-  }
-
-  /**
-   * A leader that is not its shard's preferred leader hands leadership to it once that replica is
-   * back and active (after a failover, as Solr's REBALANCELEADERS does): new writes are refused as
-   * not-the-leader (clients retry them at the new leader), those in flight finish, then it leaves
-   * the election and joins it again at the back.
-   */
-  private async maybeHandOver(replica: ShardReplica): Promise<void> {
-    if (replica.role !== 'leader' || replica.state.handingOff || this.stopped) return;
-    // A handover the preferred replica could not take (it was still recovering, say) is tried
-    // again later, waiting twice as long each time.
-    const wait = Math.min(HANDOVER_RETRY_MS * 2 ** Math.max(0, replica.handOvers - 1), HANDOVER_MAX_WAIT_MS);
-    const left = replica.handedOverAt + (replica.handOvers === 0 ? 0 : wait) - Date.now();
-    if (left > 0) {
-      if (!this.handOverChecks.has(replica.key)) {
-        this.handOverChecks.add(replica.key);
-        setTimeout(() => {
-          this.handOverChecks.delete(replica.key);
-          this.scheduleSync();
-        }, left + 10).unref();
-      }
-      return;
-    }
-    const shard = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard);
-    const first = shard?.replicas[0];
-    if (first === undefined || first.node === this.name || first.state !== 'active') return;
-    const terms = await this.coordinator.terms(replica.collection, replica.shard);
-    const preferred = await this.preferredLeader(replica, terms, Math.max(0, ...Object.values(terms)), true);
-    if (preferred === undefined || replica.role !== 'leader' || replica.state.handingOff) return;
-    replica.handedOverAt = Date.now();
-    replica.handOvers++;
-    this.log.info({ replica: replica.key, preferred, attempt: replica.handOvers }, 'handing leadership to the preferred leader');
-    this.perform(replica, replica.step({ type: 'handOff' }));
-    await this.waitFor(() => replica.writesInFlight === 0 || replica.role !== 'leader', 10_000).catch(() => undefined);
-    await this.resign(replica);
-    // Still leading (the election could not be left): take writes again; a later check retries.
-    if (replica.role === 'leader') this.perform(replica, replica.step({ type: 'handOffFailed' }));
+    return (terms[this.name] ?? 0) >= top;
   }
 
   replica(collection: string, shard: string): ShardReplica | undefined {
