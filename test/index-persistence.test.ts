@@ -2,11 +2,11 @@
 // hits, scores, totals, sort values, and the same behaviour under later writes); a replica opens
 // from its segment plus the changes journaled after it; a damaged, truncated or foreign segment
 // is detected, rebuilt from the documents, and queries return exactly what they did before.
-import { readFile, stat, truncate, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { PersistedIndex, SEGMENT_FILE } from '../src/distrib/index-persistence.js';
+import { COMMIT_FILE, isIndexFile, isSegmentFile, PersistedIndex } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { decodeSegment, encodeSegment, parseSchema, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
@@ -108,6 +108,11 @@ describe('a replica index on disk', () => {
     for (const s of stores.splice(0)) await s.close();
   }
 
+  /** The replica's segment files, oldest first. */
+  async function segmentFiles(): Promise<string[]> {
+    return (await readdir(tmp.dir)).filter(isSegmentFile).sort();
+  }
+
   let version = 0;
   const put = (i: number, variant = 0): UpdateOp => ({ id: `d${i}`, version: ++version, doc: doc(i + variant) });
   const del = (i: number): UpdateOp => ({ id: `d${i}`, version: ++version, doc: null });
@@ -151,33 +156,37 @@ describe('a replica index on disk', () => {
     expect(index.index.size).toBe(50);
   });
 
+  const firstSegment = async (): Promise<string> => join(tmp.dir, (await segmentFiles())[0]!);
+  const commitFile = async (): Promise<string> => join(tmp.dir, COMMIT_FILE);
+  const flip = (at: (length: number) => number) => async (path: string): Promise<void> => {
+    const b = await readFile(path);
+    b[at(b.length)] ^= 0xff;
+    await writeFile(path, b);
+  };
   it.each([
-    ['a flipped byte in a section', async (path: string) => {
-      const b = await readFile(path);
-      b[b.length - 100] ^= 0xff;
-      await writeFile(path, b);
-    }, /checksum of section/],
-    ['a flipped byte in the header', async (path: string) => {
-      const b = await readFile(path);
-      b[20] ^= 0x01;
-      await writeFile(path, b);
-    }, /header checksum|does not decode/],
-    ['a truncated file', async (path: string) => truncate(path, Math.floor((await stat(path)).size / 2)), /truncated/],
-    ['a file that is not a segment', async (path: string) => writeFile(path, 'hello'), /not a Shardex segment/],
-  ])('detects %s, rebuilds from the documents and answers exactly as before', async (_what, damage, problem) => {
+    ['a flipped byte in a section', firstSegment, flip((n) => n - 100), /checksum of section/],
+    ['a flipped byte in the header', firstSegment, flip(() => 20), /header checksum|does not decode/],
+    ['a truncated segment', firstSegment, async (path: string) => truncate(path, Math.floor((await stat(path)).size / 2)), /truncated/],
+    ['a file that is not a segment', firstSegment, async (path: string) => writeFile(path, 'hello'), /not a Shardex segment/],
+    ['a missing segment', firstSegment, async (path: string) => rm(path), /ENOENT|no segment file/],
+    ['a flipped byte in the commit', commitFile, flip((n) => n - 3), /commit checksum/],
+    ['a truncated commit', commitFile, async (path: string) => truncate(path, 30), /truncated/],
+  ])('detects %s, rebuilds from the documents and answers exactly as before', async (_what, target, damage, problem) => {
     let { replica, index, report } = await openReplica();
     await replica.apply(Array.from({ length: 200 }, (_, i) => put(i)));
-    await replica.apply([del(3), put(4, 500)]);
+    await index.checkpoint();
+    await replica.apply([del(3), put(4, 500), put(250)]);
     await index.checkpoint();
     const before = results(index.index);
     await crash();
-    await damage(join(tmp.dir, SEGMENT_FILE));
+    await damage(await target());
 
     ({ replica, index, report } = await openReplica());
     expect(report.method).toBe('rebuilt');
     expect(report.problem).toMatch(problem);
     expect(results(index.index)).toEqual(before);
-    // The rebuilt segment is good again.
+    // The rebuilt index is on disk again, and nothing of the damaged files is left.
+    expect((await readdir(tmp.dir)).filter(isIndexFile).sort()).toEqual([...(await segmentFiles()), COMMIT_FILE].sort());
     await crash();
     ({ report } = await openReplica());
     expect(report.method).toBe('loaded');
@@ -198,7 +207,7 @@ describe('a replica index on disk', () => {
     await replica.apply([put(1), put(2), put(3)]);
     await index.checkpoint();
     await replica.reset();
-    await expect(stat(join(tmp.dir, SEGMENT_FILE))).rejects.toThrow(/ENOENT/);
+    expect((await readdir(tmp.dir)).filter(isIndexFile)).toEqual([]);
     await replica.apply([put(9)]);
     await crash();
     let report;
@@ -222,18 +231,62 @@ describe('a replica index on disk', () => {
     expect(await index.maybeCheckpoint(Date.now() + 120_000)).toBe(false);
   });
 
-  it('writes a large index less often: after a share of its documents changed', async () => {
+  it('merges the smallest segments of a full tier, removes their files, and loads the merge after a crash', async () => {
     const store = await ReplicaStore.open(tmp.dir);
     stores.push(store);
-    const replica = new ShardReplica('c', 'shard1', store, log);
-    const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 10, changedShare: 0.5, maxAgeMs: 60_000 } });
+    let replica = new ShardReplica('c', 'shard1', store, log);
+    const policy = { maxChanges: 1, segmentsPerTier: 4 };
+    let { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy });
     replica.index = index;
+    for (let b = 0; b < 5; b++) {
+      await replica.apply(Array.from({ length: 30 }, (_, i) => put(b * 20 + i, b)));
+      await index.checkpoint();
+    }
+    await replica.apply([del(1), del(99)]);
+    expect(index.index.segments).toHaveLength(5);
+    const before = results(index.index);
+    expect(await index.merge()).toBe(true);
+    // The four smallest became one: 5 - 4 + 1 segments, the same answers, and only their files on disk.
+    expect(index.index.segments).toHaveLength(2);
+    expect(results(index.index)).toEqual(before);
+    expect(results(index.index)).toEqual(await expected());
+    expect(await segmentFiles()).toEqual(index.index.segments.map((s) => s.name).sort());
+    expect(await index.merge()).toBe(false);
+    await crash();
+    const again = await ReplicaStore.open(tmp.dir);
+    stores.push(again);
+    replica = new ShardReplica('c', 'shard1', again, log);
+    let report;
+    ({ index, report } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store: again, log, policy }));
+    replica.index = index;
+    expect(report).toMatchObject({ method: 'loaded', segments: 2, replayed: 0 });
+    expect(results(index.index)).toEqual(before);
+  });
+
+  it('rewrites a segment most of whose documents were deleted', async () => {
+    const { replica, index } = await openReplica();
     await replica.apply(Array.from({ length: 100 }, (_, i) => put(i)));
-    expect(await index.maybeCheckpoint()).toBe(true);
-    // 100 documents: 10 changes are not half of them.
-    await replica.apply(Array.from({ length: 10 }, (_, i) => put(i, 1)));
-    expect(await index.maybeCheckpoint()).toBe(false);
-    await replica.apply(Array.from({ length: 40 }, (_, i) => put(i + 10, 1)));
-    expect(await index.maybeCheckpoint()).toBe(true);
+    await index.checkpoint();
+    const [first] = await segmentFiles();
+    await replica.apply(Array.from({ length: 60 }, (_, i) => del(i)));
+    await index.checkpoint();
+    expect(await index.merge()).toBe(true);
+    expect(index.index.segments).toHaveLength(1);
+    expect(index.index.segments[0]!.deleted.size).toBe(0);
+    expect(await segmentFiles()).not.toContain(first);
+    expect(results(index.index)).toEqual(await expected());
+  });
+
+  it('drops a merge that a reset overtook', async () => {
+    const { replica, index } = await openReplica();
+    for (let b = 0; b < 12; b++) {
+      await replica.apply([put(b)]);
+      await index.checkpoint();
+    }
+    const merging = index.merge();
+    await replica.reset();
+    expect(await merging).toBe(false);
+    expect(index.index.size).toBe(0);
+    expect((await readdir(tmp.dir)).filter(isIndexFile)).toEqual([]);
   });
 });

@@ -510,6 +510,25 @@ describe('ReplicaStore log trimming', () => {
     expect(versions.length).toBeLessThanOrEqual(11);
     expect(again.maxVersion).toBe(60);
   });
+  it('knows its log size after a reopen, a trim and a clear without counting the log at open', async () => {
+    const store = await openStore('r', 10);
+    for (let v = 1; v <= 30; v++) await store.apply([{ id: `id${v}`, version: v, doc: { id: `id${v}` } }]);
+    const size = store.logSize;
+    expect(size).toBeLessThanOrEqual(11);
+    const again = await reopen(store, 'r', 10);
+    expect(again.logSize).toBe(size);
+    expect(again.logSize).toBe((await again.updatesAfter(0, 1000)).length);
+    expect(again.maxVersion).toBe(30);
+    // The open reads the stored count: a count that disagrees with the log shows it was not recounted.
+    const db = (again as unknown as { db: { put(k: string, v: string): Promise<void> } }).db;
+    await db.put('m:logcount', '7');
+    const counted = await reopen(again, 'r', 10);
+    expect(counted.logSize).toBe(7);
+    await counted.clear();
+    const cleared = await reopen(counted, 'r', 10);
+    expect(cleared.logSize).toBe(0);
+    expect(cleared.maxVersion).toBe(0);
+  });
 });
 
 describe('ReplicaStore write failures', () => {

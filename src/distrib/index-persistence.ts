@@ -1,40 +1,75 @@
-// A replica's search index that survives restarts: at open it loads the replica's segment file
-// (src/index/segment-file.ts) and replays only the documents the store journaled after the
-// segment's sequence; without a usable segment (none yet, damaged, truncated, written for another
-// schema) it rebuilds from the stored documents, says why, and writes a fresh segment. New
-// segments are written by a policy (enough changes, or changes and enough time) and at a clean
-// close, each one capturing the index at a durable point of the store (ReplicaStore.atDurablePoint).
+// A replica's search index that survives restarts, kept as Lucene keeps one: immutable segment
+// files plus a commit file naming them (src/index/segment-file.ts), loaded into a SegmentedIndex
+// (src/index/segmented-index.ts).
+//
+// - A checkpoint seals the in-memory buffer as a new segment, writes it, then writes a commit
+//   naming every segment with the ids deleted from each since it was written. It is captured at
+//   a durable point of the store (ReplicaStore.atDurablePoint): the commit holds every change
+//   journaled up to its sequence and nothing later. Its cost follows the buffer, not the replica.
+// - At open the replica loads the commit's segments, replays each one's deletes, then re-reads
+//   only the documents journaled after the commit. Without a usable commit (none yet, damaged,
+//   truncated, a segment missing or damaged, another schema) it rebuilds from the stored
+//   documents, says why, and writes a fresh commit; it never serves from a bad file.
+// - Merges (pickMerge's policy) run in the background: the live documents of a few segments are
+//   re-read from the store into one new segment, which the next checkpoint writes and commits;
+//   files no commit names any more are removed after each commit.
+import { readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { loadSegment, removeSegment, ShardIndex, writeSegment, type CollectionSchema, type StoredDoc } from '../index/index.js';
-import type { ReplicaStore, UpdateOp } from '../ulog/index.js';
+import {
+  DEFAULT_MERGE_POLICY,
+  loadSegment,
+  pickMerge,
+  readCommit,
+  SegmentedIndex,
+  ShardIndex,
+  writeCommit,
+  writeSegment,
+  type CollectionSchema,
+  type MergePolicy,
+  type Segment,
+  type StoredDoc,
+} from '../index/index.js';
+import type { ReplicaStore } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { SearchIndexBinding } from './replica.js';
 
-/** The segment file's name in the replica's directory (LevelDB ignores files it did not write). */
-export const SEGMENT_FILE = 'shardex-index.seg';
+/** The commit file's name in the replica's directory (LevelDB ignores files it did not write). */
+export const COMMIT_FILE = 'shardex-index.commit';
+const SEGMENT_PREFIX = 'shardex-seg-';
+const SEGMENT_SUFFIX = '.seg';
+/** The single-file layout of earlier versions: rebuilt, then removed. */
+const LEGACY_SEGMENT_FILE = 'shardex-index.seg';
 
-export interface CheckpointPolicy {
-  /** Changes (applied ops) after which a segment is written at the next check; default 20,000... */
+/** Whether `name` is a segment file's name. */
+export function isSegmentFile(name: string): boolean {
+  return name.startsWith(SEGMENT_PREFIX) && name.endsWith(SEGMENT_SUFFIX);
+}
+
+/** Whether `name` is one of the index's files in a replica directory (segments, commit, their temporaries, the legacy file). */
+export function isIndexFile(name: string): boolean {
+  const base = name.endsWith('.tmp') ? name.slice(0, -4) : name;
+  return base === COMMIT_FILE || base === LEGACY_SEGMENT_FILE || isSegmentFile(base);
+}
+
+export interface CheckpointPolicy extends MergePolicy {
+  /** Changes (applied ops) after which a checkpoint is written at the next check; default 10,000... */
   readonly maxChanges: number;
-  /**
-   * ...or this share of the index's documents, if more: a segment holds the whole index, so a
-   * large replica writes one less often (default 0.1: a tenth of it changed).
-   */
-  readonly changedShare: number;
-  /** Any change at all gets a segment once the last one is this old; default 60 s. */
+  /** ...and any change at all once the last checkpoint is this old; default 5 s. */
   readonly maxAgeMs: number;
 }
 
-export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 20_000, changedShare: 0.1, maxAgeMs: 60_000 };
+export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 5_000, ...DEFAULT_MERGE_POLICY };
 
 /** How the index came back at open. */
 export interface IndexOpenReport {
   readonly method: 'loaded' | 'rebuilt';
-  /** Why a segment was not used (rebuilt only). */
+  /** Why the files on disk were not used (rebuilt only). */
   readonly problem?: string;
-  /** Documents re-read from the store: journaled after the segment (loaded), or all (rebuilt). */
+  /** Documents re-read from the store: journaled after the commit (loaded), or all (rebuilt). */
   readonly replayed: number;
+  /** Segments loaded (or written, rebuilt). */
+  readonly segments: number;
   readonly segmentBytes: number;
   readonly ms: number;
 }
@@ -43,139 +78,242 @@ export interface PersistedIndexOptions {
   /** The replica's directory (its store's). */
   readonly dir: string;
   readonly schema: CollectionSchema;
-  /** Identifies schema and analyzer: a segment written for another one is rebuilt. */
+  /** Identifies schema and analyzer: files written for another one are rebuilt. */
   readonly fingerprint: string;
   readonly store: ReplicaStore;
   readonly log: Logger;
   readonly policy?: Partial<CheckpointPolicy>;
-  /** Told of every segment written (metrics). */
+  /** Told of every segment file written (metrics). */
   readonly onSegmentWritten?: (bytes: number) => void;
 }
 
-const REPLAY_PAGE = 1000;
+const PAGE = 1000;
 
 export class PersistedIndex extends SearchIndexBinding {
-  private readonly path: string;
+  declare index: SegmentedIndex;
   private readonly o: PersistedIndexOptions;
   private readonly policy: CheckpointPolicy;
-  /** Checkpoints and clears take turns: a segment of old data never lands after a clear. */
+  /** Checkpoints and clears take turns: a commit of old data never lands after a clear. */
   private readonly lock = new Mutex();
-  /** Ops the index took since the newest segment's point. */
-  private changes = 0;
+  /** Segments whose file is written. */
+  private readonly written = new WeakSet<Segment>();
+  private nextFile = 1;
   private lastCheckpointAt: number;
+  /** A merge swapped segments since the last commit. */
+  private dirty = false;
+  private merging: Promise<boolean> | undefined;
+  /** Bumped by clear(): a merge started before it is dropped. */
+  private generation = 0;
   private unindexable = 0;
 
-  private constructor(o: PersistedIndexOptions, index: ShardIndex, now: number) {
+  private constructor(o: PersistedIndexOptions, index: SegmentedIndex, now: number) {
     super(o.schema, index);
     this.o = o;
-    this.path = join(o.dir, SEGMENT_FILE);
     this.policy = { ...DEFAULT_CHECKPOINT_POLICY, ...o.policy };
     this.lastCheckpointAt = now;
   }
 
-  /** Opens the replica's index: its segment plus the changes after it, else a rebuild (then a new segment). */
+  /** Opens the replica's index: its commit's segments plus the changes after it, else a rebuild (then a commit). */
   static async open(o: PersistedIndexOptions): Promise<{ index: PersistedIndex; report: IndexOpenReport }> {
     const t0 = performance.now();
-    const path = join(o.dir, SEGMENT_FILE);
-    const loaded = await loadSegment(path, o.schema, o.fingerprint);
+    const ms = (): number => Math.round(performance.now() - t0);
+    const read = await readCommit(join(o.dir, COMMIT_FILE));
     let problem: string | undefined;
-    if (loaded.ok && loaded.seq > o.store.changeSeq) problem = `its sequence ${loaded.seq} is newer than the store's ${o.store.changeSeq}`;
-    else if (!loaded.ok && !loaded.missing) problem = loaded.problem;
-    if (loaded.ok && problem === undefined) {
-      const p = new PersistedIndex(o, loaded.index, Date.now());
-      const ids = await o.store.changedSince(loaded.seq);
-      await p.replay(ids);
-      // The replayed changes are not in the segment yet: they count toward the next one.
-      p.changes = ids.length;
-      return { index: p, report: { method: 'loaded', replayed: ids.length, segmentBytes: loaded.bytes, ms: Math.round(performance.now() - t0) } };
-    }
-    if (problem !== undefined) o.log.warn({ dir: o.dir, problem }, 'the replica index segment cannot be used; rebuilding it from the stored documents');
-    await removeSegment(path);
-    const p = new PersistedIndex(o, new ShardIndex(o.schema), Date.now());
+    if (read.ok) {
+      const { info } = read;
+      if (info.fingerprint !== o.fingerprint) problem = 'it was written for another schema or analyzer';
+      else if (info.seq > o.store.changeSeq) problem = `its sequence ${info.seq} is newer than the store's ${o.store.changeSeq}`;
+      else {
+        const segments: Segment[] = [];
+        let bytes = 0;
+        for (const entry of info.segments) {
+          const loaded = await loadSegment(join(o.dir, entry.name), o.schema, o.fingerprint);
+          if (!loaded.ok) {
+            problem = `segment ${entry.name}: ${loaded.problem}`;
+            break;
+          }
+          for (const id of entry.deleted) loaded.index.delete(id);
+          segments.push({ name: entry.name, index: loaded.index, deleted: new Set(entry.deleted) });
+          bytes += loaded.bytes;
+        }
+        if (problem === undefined) {
+          const p = new PersistedIndex(o, new SegmentedIndex(o.schema, segments), Date.now());
+          for (const s of segments) p.written.add(s);
+          p.nextFile = info.nextFile;
+          await p.removeFilesBut(new Set(info.segments.map((s) => s.name)));
+          const ids = await o.store.changedSince(info.seq);
+          await p.replay(ids);
+          return { index: p, report: { method: 'loaded', replayed: ids.length, segments: segments.length, segmentBytes: bytes, ms: ms() } };
+        }
+      }
+    } else if (!read.missing) problem = read.problem;
+    else if (await exists(join(o.dir, LEGACY_SEGMENT_FILE))) problem = 'it is in the single-file layout of an earlier version';
+    if (problem !== undefined) o.log.warn({ dir: o.dir, problem }, 'the replica index on disk cannot be used; rebuilding it from the stored documents');
+    const p = new PersistedIndex(o, new SegmentedIndex(o.schema), Date.now());
+    await p.removeFilesBut(new Set(), false);
     const replayed = await p.rebuild();
     // The rebuilt index goes to disk at once, so that the next start loads it.
-    p.changes = replayed;
     const written = replayed > 0 ? await p.checkpoint() : 0;
-    return { index: p, report: { method: 'rebuilt', ...(problem !== undefined && { problem }), replayed, segmentBytes: written, ms: Math.round(performance.now() - t0) } };
+    return { index: p, report: { method: 'rebuilt', ...(problem !== undefined && { problem }), replayed, segments: p.index.segments.length, segmentBytes: written, ms: ms() } };
   }
 
-  override apply(ops: readonly UpdateOp[]): void {
-    super.apply(ops);
-    this.changes += ops.length;
-  }
-
-  /** Writes a segment when the policy says so; returns whether it did. */
+  /** Writes a checkpoint when the policy says so, then starts a merge if one is due; returns whether it wrote. */
   async maybeCheckpoint(now = Date.now()): Promise<boolean> {
-    if (this.changes === 0) return false;
-    const enough = Math.max(this.policy.maxChanges, this.policy.changedShare * this.index.size);
-    if (this.changes < enough && now - this.lastCheckpointAt < this.policy.maxAgeMs) return false;
+    const changes = this.index.unsealedChanges;
+    if (changes === 0 && !this.dirty) return false;
+    if (changes < this.policy.maxChanges && now - this.lastCheckpointAt < this.policy.maxAgeMs && !this.dirty) return false;
     await this.checkpoint();
+    void this.merge();
     return true;
   }
 
   /**
-   * Writes the index as the replica's segment, captured at a durable point of the store (every
-   * change journaled up to the point's sequence is in it, nothing later), then drops the journal
-   * up to there. Returns the segment's size in bytes (0: nothing to write).
+   * Seals the buffer as a segment and writes a commit, captured at a durable point of the store
+   * (every change journaled up to the point's sequence is in it, nothing later), then drops the
+   * journal up to there and the files no commit names. Returns the bytes written (0: nothing to write).
    */
   checkpoint(): Promise<number> {
     return this.lock.run(async () => {
-      if (this.changes === 0) return 0;
+      if (this.index.unsealedChanges === 0 && !this.dirty) return 0;
       const t0 = performance.now();
-      const { state, seq } = await this.o.store.atDurablePoint((seq) => {
-        this.changes = 0;
-        return { state: this.index.exportState(), seq };
+      const { seq, segments } = await this.o.store.atDurablePoint((seq) => {
+        this.index.seal(this.newName());
+        this.index.dropEmpty();
+        this.dirty = false;
+        return { seq, segments: this.index.segments.map((s) => ({ segment: s, deleted: [...s.deleted] })) };
       });
       const captureMs = Math.round(performance.now() - t0);
-      const bytes = await writeSegment(this.path, state, { seq, fingerprint: this.o.fingerprint });
+      let bytes = 0;
+      for (const { segment } of segments) {
+        if (this.written.has(segment)) continue;
+        // A segment changes only by deletes, which are idempotent: the commit's list covers any
+        // the file misses, and the journal any made after the durable point.
+        const size = await writeSegment(join(this.o.dir, segment.name), segment.index.exportState(), { seq, fingerprint: this.o.fingerprint });
+        this.written.add(segment);
+        this.o.onSegmentWritten?.(size);
+        bytes += size;
+      }
+      bytes += await writeCommit(join(this.o.dir, COMMIT_FILE), {
+        seq,
+        fingerprint: this.o.fingerprint,
+        nextFile: this.nextFile,
+        segments: segments.map(({ segment, deleted }) => ({ name: segment.name, deleted })),
+      });
       this.lastCheckpointAt = Date.now();
+      await this.removeFilesBut(new Set(segments.map(({ segment }) => segment.name)));
       await this.o.store.dropChangesThrough(seq);
-      this.o.onSegmentWritten?.(bytes);
-      this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, captureMs, ms: Math.round(performance.now() - t0) }, 'replica index segment written');
+      this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, ms: Math.round(performance.now() - t0) }, 'replica index checkpoint written');
       return bytes;
     });
   }
 
+  /**
+   * Runs the merge the policy picks, if any (one at a time): the live documents of the picked
+   * segments are re-read from the store into one segment, swapped in, and committed. Resolves
+   * whether it merged.
+   */
+  merge(): Promise<boolean> {
+    this.merging ??= this.runMerge()
+      .catch((err: Error) => {
+        // The segments stay as they were; the next checkpoint's merge check tries again.
+        this.o.log.warn({ dir: this.o.dir, err: err.message }, 'could not merge index segments');
+        return false;
+      })
+      .finally(() => (this.merging = undefined));
+    return this.merging;
+  }
+
   override clear(): Promise<void> {
     return this.lock.run(async () => {
-      await removeSegment(this.path);
-      this.changes = 0;
-      super.clear();
+      this.generation++;
+      await this.removeFilesBut(new Set(), false);
+      this.index = new SegmentedIndex(this.o.schema);
     });
+  }
+
+  private async runMerge(): Promise<boolean> {
+    // Starts after the current turn, so that a caller sees the segments as they were when it asked.
+    await Promise.resolve();
+    const sources = pickMerge(this.index.segments, this.policy);
+    if (sources === undefined) return false;
+    const generation = this.generation;
+    const t0 = performance.now();
+    const merged = new ShardIndex(this.o.schema);
+    const ids = sources.flatMap((s) => s.index.liveIds());
+    for (let i = 0; i < ids.length; i += PAGE) {
+      const page = ids.slice(i, i + PAGE);
+      const entries = await this.o.store.getMany(page);
+      if (this.generation !== generation) return false;
+      page.forEach((id, j) => {
+        const doc = entries[j]?.doc;
+        if (doc !== null && doc !== undefined) this.indexInto(merged, id, doc as StoredDoc);
+      });
+    }
+    if (this.generation !== generation) return false;
+    merged.trim();
+    // What moved on while the merge read is dropped from it by replace().
+    this.index.replace(sources, { name: this.newName(), index: merged, deleted: new Set() });
+    this.dirty = true;
+    this.o.log.info({ dir: this.o.dir, merged: sources.map((s) => s.name), docs: merged.size, ms: Math.round(performance.now() - t0) }, 'replica index segments merged');
+    await this.checkpoint();
+    return true;
+  }
+
+  private newName(): string {
+    return `${SEGMENT_PREFIX}${String(this.nextFile++).padStart(8, '0')}${SEGMENT_SUFFIX}`;
+  }
+
+  /** Removes the index files of the directory but the segments `keep` and, with `keepCommit`, the commit. */
+  private async removeFilesBut(keep: ReadonlySet<string>, keepCommit = true): Promise<void> {
+    let names: string[];
+    try {
+      names = await readdir(this.o.dir);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      if (!isIndexFile(name) || keep.has(name) || (keepCommit && name === COMMIT_FILE)) continue;
+      await rm(join(this.o.dir, name), { force: true });
+    }
   }
 
   /** Re-reads the current documents of `ids` into the index (a deleted or purged id leaves it). */
   private async replay(ids: readonly string[]): Promise<void> {
-    for (let i = 0; i < ids.length; i += REPLAY_PAGE) {
-      const page = ids.slice(i, i + REPLAY_PAGE);
+    for (let i = 0; i < ids.length; i += PAGE) {
+      const page = ids.slice(i, i + PAGE);
       const entries = await this.o.store.getMany(page);
-      const ops = page.map((id, j) => ({ id, doc: (entries[j]?.doc ?? null) as StoredDoc | null }));
-      for (const op of ops) this.indexOne(op.id, op.doc);
+      page.forEach((id, j) => {
+        const doc = (entries[j]?.doc ?? null) as StoredDoc | null;
+        if (doc === null) this.index.delete(id);
+        else this.indexInto(this.index, id, doc);
+      });
     }
   }
 
-  /** Indexes every stored document; returns how many. */
+  /** Indexes every stored document, in segments of at most maxSegmentDocs; returns how many. */
   private async rebuild(): Promise<number> {
     let n = 0;
     for await (const e of this.o.store.entries()) {
       if (e.doc === null) continue;
-      this.indexOne(e.id, e.doc as StoredDoc);
-      n++;
+      this.indexInto(this.index, e.id, e.doc as StoredDoc);
+      if (++n % this.policy.maxSegmentDocs === 0) this.index.seal(this.newName());
     }
-    this.index.trim();
     return n;
   }
 
-  private indexOne(id: string, doc: StoredDoc | null): void {
-    if (doc === null) {
-      this.index.delete(id);
-      return;
-    }
+  private indexInto(index: { add(id: string, doc: StoredDoc): void }, id: string, doc: StoredDoc): void {
     try {
-      this.index.add(id, doc);
+      index.add(id, doc);
     } catch {
       // Only data written before admission existed can hold such a document: keep the replica usable.
       if (this.unindexable++ === 0) this.o.log.warn({ dir: this.o.dir, id }, 'a stored document the index refuses was left out of the search index');
     }
   }
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
 }

@@ -2,7 +2,7 @@
 // shard, kept by the pure machine of shard-state.ts. This class is the shell around it: it feeds
 // the machine events and hands the effects back to whoever performs them.
 import type { Logger } from 'pino';
-import { ShardIndex, type CollectionSchema, type StoredDoc } from '../index/index.js';
+import { ShardIndex, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
 import type { Reconcile, ReplicaStore, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { INITIAL, step, type Health, type Role, type ShardEffect, type ShardEvent, type ShardState } from './shard-state.js';
@@ -14,12 +14,17 @@ export interface ReplicaIndex {
   clear(): Promise<void> | void;
 }
 
+/** A replica's searchable index that takes the replica's applied updates (a ShardIndex or a SegmentedIndex). */
+export interface BoundIndex extends ReplicaSearcher {
+  apply(ops: Iterable<{ readonly id: string; readonly doc: StoredDoc | null }>): void;
+}
+
 /** Keeps a replica's search index in step with its applied updates (in memory only; see PersistedIndex). */
 export class SearchIndexBinding implements ReplicaIndex {
-  index: ShardIndex;
+  index: BoundIndex;
   protected readonly schema: CollectionSchema;
 
-  constructor(schema: CollectionSchema, index?: ShardIndex) {
+  constructor(schema: CollectionSchema, index?: BoundIndex) {
     this.schema = schema;
     this.index = index ?? new ShardIndex(schema);
   }

@@ -7,7 +7,7 @@
 // says which shard owns each id of the page, for phase 2 (fetching stored fields).
 
 import { ShardexError } from '../errors.js';
-import { compareHits, type SearchHit, type ShardSearchResult, type SortSpec } from '../index/index.js';
+import { mergeHitLists, type SearchHit, type ShardSearchResult, type SortSpec } from '../index/index.js';
 
 export interface ShardResponse {
   /** The shard's name (or any key the caller uses to route phase 2). */
@@ -32,30 +32,20 @@ export function mergeSearchResults(responses: readonly ShardResponse[], sort: So
     throw new ShardexError('SHX_BAD_REQUEST', `offset and limit must be non-negative integers, got ${offset} and ${limit}`);
   }
   let total = 0;
-  const all: MergedHit[] = [];
+  const lists: MergedHit[][] = [];
   for (const { shard, result } of responses) {
     total += result.total;
-    for (const hit of result.hits) {
-      if (hit.sortValues.length !== sort.length) {
-        throw new ShardexError('SHX_INTERNAL', `shard ${shard} returned ${hit.sortValues.length} sort values for a sort of ${sort.length} keys`);
-      }
-      all.push({ id: hit.id, score: hit.score, sortValues: hit.sortValues, shard });
-    }
+    lists.push(
+      result.hits.map((hit) => {
+        if (hit.sortValues.length !== sort.length) {
+          throw new ShardexError('SHX_INTERNAL', `shard ${shard} returned ${hit.sortValues.length} sort values for a sort of ${sort.length} keys`);
+        }
+        return { id: hit.id, score: hit.score, sortValues: hit.sortValues, shard };
+      }),
+    );
   }
-  all.sort((a, b) => compareHits(sort, a, b));
-  const seen = new Set<string>();
-  const hits: MergedHit[] = [];
-  const end = offset + limit;
-  let rank = 0;
-  for (const hit of all) {
-    if (seen.has(hit.id)) {
-      total--;
-      continue;
-    }
-    seen.add(hit.id);
-    if (rank >= offset && rank < end) hits.push(hit);
-    rank++;
-  }
+  const { hits, duplicates } = mergeHitLists(lists, sort, offset, limit);
+  total -= duplicates;
   const idsByShard = new Map<string, string[]>();
   for (const hit of hits) {
     const ids = idsByShard.get(hit.shard);

@@ -16,7 +16,7 @@ import {
   type CollectionSchema,
   type IndexStats,
   type SearchRequest,
-  type ShardIndex,
+  type ReplicaSearcher,
   type ShardSearchResult,
   type StoredDoc,
 } from '../index/index.js';
@@ -128,7 +128,7 @@ function shardRequest(params: SearchParams): SearchRequest {
 }
 
 /** Serves one search phase from a shard's index and document store (node replica or reader copy). */
-export async function servePhase(req: ShardPhaseRequest, index: ShardIndex, store: Pick<ReplicaStore, 'getMany'>): Promise<unknown> {
+export async function servePhase(req: ShardPhaseRequest, index: ReplicaSearcher, store: Pick<ReplicaStore, 'getMany'>): Promise<unknown> {
   switch (req.kind) {
     case 'stats':
       return index.collectStats(shardRequest(req.params));

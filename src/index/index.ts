@@ -15,7 +15,23 @@ export {
   type ShardIndexState,
   type ShardSearchResult,
 } from './shard-index.js';
-export { decodeSegment, encodeSegment, loadSegment, removeSegment, SEGMENT_FORMAT, writeSegment, type SegmentInfo, type SegmentLoad } from './segment-file.js';
-export { compareHits, DEFAULT_SORT, formatSort, parseSort, type SortKey, type SortOrder, type SortSpec, type SortValue } from './sort.js';
+export { DEFAULT_MERGE_POLICY, pickMerge, SegmentedIndex, type MergePolicy, type Segment, type ReplicaSearcher } from './segmented-index.js';
+export {
+  decodeCommit,
+  decodeSegment,
+  encodeCommit,
+  encodeSegment,
+  loadSegment,
+  readCommit,
+  removeSegment,
+  SEGMENT_FORMAT,
+  writeCommit,
+  writeSegment,
+  type CommitInfo,
+  type CommitRead,
+  type SegmentInfo,
+  type SegmentLoad,
+} from './segment-file.js';
+export { compareHits, DEFAULT_SORT, formatSort, mergeHitLists, parseSort, type SortKey, type SortOrder, type SortSpec, type SortValue } from './sort.js';
 export { bm25, bm25Idf, BM25_B, BM25_K1, mergeStats, type FieldStats, type IndexStats, type SortFieldStats, type TermStats } from './stats.js';
 export { parseDate } from './values.js';

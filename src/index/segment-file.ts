@@ -1,7 +1,9 @@
-// A replica's search index on disk: one immutable file holding a whole ShardIndex as it was at one
-// point of the replica's change journal (`seq`), written beside a temporary name, synced, then
-// renamed into place; a newer file replaces the older one. At open the replica loads it and
-// replays only the changes journaled after `seq` (src/distrib/index-persistence.ts).
+// A replica's search index on disk: immutable segment files, each holding one ShardIndex (a
+// segment of the replica's SegmentedIndex), and a commit file naming the segments that make the
+// index at one point of the replica's change journal (`seq`) with the ids deleted from each since
+// it was written. Every file is written beside a temporary name, synced, then renamed into place.
+// At open the replica loads the commit's segments and replays only the changes journaled after
+// `seq` (src/distrib/index-persistence.ts).
 //
 // Layout: the magic, the header's length and CRC-32, the header (JSON: format, seq, the
 // collection's schema fingerprint, the index's small values, and the table of sections), then the
@@ -17,7 +19,7 @@ import type { CollectionSchema } from './schema.js';
 
 const MAGIC = Buffer.from('SHXSEG01', 'latin1');
 /** Bumped whenever the layout of ShardIndexState changes: older files are rebuilt, not misread. */
-export const SEGMENT_FORMAT = 1;
+export const SEGMENT_FORMAT = 2;
 const PREFIX = MAGIC.length + 8;
 
 type ArrayKind = 'Int32Array' | 'Float64Array' | 'Uint8Array';
@@ -139,15 +141,14 @@ export function decodeSegment(file: Buffer): { state: ShardIndexState; info: Seg
   return { state: unpack(header.state) as ShardIndexState, info: { seq: header.seq, fingerprint: header.fingerprint } };
 }
 
-/** Writes the index's state as the segment file `path`: a temporary file, synced, renamed over it, the directory synced. */
-export async function writeSegment(path: string, state: ShardIndexState, info: SegmentInfo): Promise<number> {
-  const chunks = encodeSegment(state, info);
+/** Writes `chunks` as the file `path`: a temporary file, synced, renamed over it, the directory synced. Returns the bytes written. */
+async function writeDurably(path: string, chunks: readonly Buffer[]): Promise<number> {
   const tmp = `${path}.tmp`;
   const fh = await open(tmp, 'w');
   let size = 0;
   try {
     for (const c of chunks) size += c.length;
-    await fh.writev(chunks);
+    await fh.writev(chunks as Buffer[]);
     await fh.sync();
   } finally {
     await fh.close();
@@ -162,26 +163,91 @@ export async function writeSegment(path: string, state: ShardIndexState, info: S
   return size;
 }
 
-export type SegmentLoad =
-  | { readonly ok: true; readonly index: ShardIndex; readonly seq: number; readonly bytes: number }
-  | { readonly ok: false; readonly missing: boolean; readonly problem: string };
+/** Writes the index's state as the segment file `path` (durably: see writeDurably). */
+export function writeSegment(path: string, state: ShardIndexState, info: SegmentInfo): Promise<number> {
+  return writeDurably(path, encodeSegment(state, info));
+}
 
-/** Loads the segment file `path` for `schema` (its fingerprint `fingerprint`); says why when it cannot. */
-export async function loadSegment(path: string, schema: CollectionSchema, fingerprint: string, options: ShardIndexOptions = {}): Promise<SegmentLoad> {
+// ---- the commit file: which segments make the index, and what was deleted from each ----
+
+const COMMIT_MAGIC = Buffer.from('SHXCMT01', 'latin1');
+
+/** A replica index's commit point: its segments (oldest first) and the change-journal position they hold everything up to. */
+export interface CommitInfo {
+  readonly seq: number;
+  readonly fingerprint: string;
+  /** The number the next segment file gets (names are never reused). */
+  readonly nextFile: number;
+  /** Each segment's file name and the ids deleted from it since it was written. */
+  readonly segments: readonly { readonly name: string; readonly deleted: readonly string[] }[];
+}
+
+export function encodeCommit(info: CommitInfo): Buffer {
+  const body = Buffer.from(JSON.stringify({ format: SEGMENT_FORMAT, ...info }), 'utf8');
+  const prefix = Buffer.alloc(COMMIT_MAGIC.length + 8);
+  COMMIT_MAGIC.copy(prefix, 0);
+  prefix.writeUInt32LE(body.length, COMMIT_MAGIC.length);
+  prefix.writeUInt32LE(crc32(body), COMMIT_MAGIC.length + 4);
+  return Buffer.concat([prefix, body]);
+}
+
+/** The commit a commit file's bytes hold; throws SegmentProblem when anything does not check. */
+export function decodeCommit(file: Buffer): CommitInfo {
+  const head = COMMIT_MAGIC.length + 8;
+  if (file.length < head || !file.subarray(0, COMMIT_MAGIC.length).equals(COMMIT_MAGIC)) throw new SegmentProblem('not a Shardex index commit file (bad magic)');
+  const length = file.readUInt32LE(COMMIT_MAGIC.length);
+  if (head + length !== file.length) throw new SegmentProblem(`truncated or extended: the commit says ${length} bytes, the file has ${file.length - head}`);
+  const body = file.subarray(head);
+  if (crc32(body) !== file.readUInt32LE(COMMIT_MAGIC.length + 4)) throw new SegmentProblem('the commit checksum does not match');
+  const c = JSON.parse(body.toString('utf8')) as CommitInfo & { format: number };
+  if (c.format !== SEGMENT_FORMAT) throw new SegmentProblem(`written in segment format ${c.format}, this version reads ${SEGMENT_FORMAT}`);
+  return { seq: c.seq, fingerprint: c.fingerprint, nextFile: c.nextFile, segments: c.segments };
+}
+
+export function writeCommit(path: string, info: CommitInfo): Promise<number> {
+  return writeDurably(path, [encodeCommit(info)]);
+}
+
+/** Why a file could not be used, or that there is none. */
+export interface FileProblem {
+  readonly ok: false;
+  readonly missing: boolean;
+  readonly problem: string;
+}
+
+/** Reads the file `path` and decodes it with `decode`, whose SegmentProblem or ShardexError says what is wrong with it. */
+async function readDecoded<T>(path: string, what: string, decode: (file: Buffer) => T): Promise<{ readonly ok: true; readonly value: T; readonly bytes: number } | FileProblem> {
   let file: Buffer;
   try {
     file = await readFile(path);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { ok: false, missing: true, problem: 'no segment file' };
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { ok: false, missing: true, problem: `no ${what} file` };
     return { ok: false, missing: false, problem: `cannot read ${path}: ${(err as Error).message}` };
   }
   try {
-    const { state, info } = decodeSegment(file);
-    if (info.fingerprint !== fingerprint) return { ok: false, missing: false, problem: 'it was written for another schema or analyzer' };
-    return { ok: true, index: ShardIndex.restore(schema, state, options), seq: info.seq, bytes: file.length };
+    return { ok: true, value: decode(file), bytes: file.length };
   } catch (err) {
-    return { ok: false, missing: false, problem: err instanceof SegmentProblem || err instanceof ShardexError ? err.message : `it does not decode (${(err as Error).message})` };
+    return { ok: false, missing: false, problem: err instanceof SegmentProblem || err instanceof ShardexError ? err.message : `the ${what} file does not decode (${(err as Error).message})` };
   }
+}
+
+export type CommitRead = { readonly ok: true; readonly info: CommitInfo } | FileProblem;
+
+export async function readCommit(path: string): Promise<CommitRead> {
+  const read = await readDecoded(path, 'commit', decodeCommit);
+  return read.ok ? { ok: true, info: read.value } : read;
+}
+
+export type SegmentLoad = { readonly ok: true; readonly index: ShardIndex; readonly seq: number; readonly bytes: number } | FileProblem;
+
+/** Loads the segment file `path` for `schema` (its fingerprint `fingerprint`); says why when it cannot. */
+export async function loadSegment(path: string, schema: CollectionSchema, fingerprint: string, options: ShardIndexOptions = {}): Promise<SegmentLoad> {
+  const read = await readDecoded(path, 'segment', (file) => {
+    const { state, info } = decodeSegment(file);
+    if (info.fingerprint !== fingerprint) throw new SegmentProblem('it was written for another schema or analyzer');
+    return { index: ShardIndex.restore(schema, state, options), seq: info.seq };
+  });
+  return read.ok ? { ok: true, index: read.value.index, seq: read.value.seq, bytes: read.bytes } : read;
 }
 
 /** Removes the segment file (before the replica's data is replaced); no error when there is none. */

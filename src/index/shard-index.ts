@@ -140,6 +140,11 @@ export class ShardIndex implements IndexView, ForwardSink {
     return this.idToDoc.has(id);
   }
 
+  /** The ids of the live documents (a copy: the index may change while the caller walks it). */
+  liveIds(): string[] {
+    return [...this.idToDoc.keys()];
+  }
+
   // ---- write path ----
 
   /**
@@ -586,11 +591,7 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** Phase 1: the total and the top offset+limit hits with their sort values. */
   search(req: SearchRequest = {}, globalStats?: IndexStats): ShardSearchResult {
-    const offset = checkCount('offset', req.offset ?? 0);
-    const limit = checkCount('limit', req.limit ?? DEFAULT_LIMIT);
-    if (offset + limit > MAX_RESULT_WINDOW) {
-      throw new ShardexError('SHX_BAD_REQUEST', `offset + limit must not exceed ${MAX_RESULT_WINDOW}, got ${offset + limit}`);
-    }
+    const { offset, limit } = checkPage(req);
     checkBoosts(req.boosts);
     const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
@@ -807,6 +808,16 @@ function dynamicNumber(v: unknown): number {
 
 function stringOf(v: unknown): string {
   return typeof v === 'string' ? v : String(v);
+}
+
+/** The request's offset and limit (defaults applied), refused as a search refuses them. */
+export function checkPage(req: Pick<SearchRequest, 'offset' | 'limit'>): { offset: number; limit: number } {
+  const offset = checkCount('offset', req.offset ?? 0);
+  const limit = checkCount('limit', req.limit ?? DEFAULT_LIMIT);
+  if (offset + limit > MAX_RESULT_WINDOW) {
+    throw new ShardexError('SHX_BAD_REQUEST', `offset + limit must not exceed ${MAX_RESULT_WINDOW}, got ${offset + limit}`);
+  }
+  return { offset, limit };
 }
 
 function checkCount(name: string, value: unknown): number {

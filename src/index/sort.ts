@@ -93,3 +93,34 @@ export function compareHits(sort: SortSpec, a: { readonly id: string; readonly s
   }
   return compareIds(a.id, b.id);
 }
+
+/**
+ * The offset..offset+limit page of the union of several hit lists (each in hit order), in hit
+ * order. An id found in more than one list counts once, where it ranks best; `duplicates` says
+ * how many were dropped so.
+ */
+export function mergeHitLists<T extends { readonly id: string; readonly sortValues: readonly SortValue[] }>(
+  lists: readonly (readonly T[])[],
+  sort: SortSpec,
+  offset: number,
+  limit: number,
+): { hits: T[]; duplicates: number } {
+  const all: T[] = [];
+  for (const list of lists) for (const hit of list) all.push(hit);
+  all.sort((a, b) => compareHits(sort, a, b));
+  const seen = new Set<string>();
+  const hits: T[] = [];
+  const end = offset + limit;
+  let duplicates = 0;
+  let rank = 0;
+  for (const hit of all) {
+    if (seen.has(hit.id)) {
+      duplicates++;
+      continue;
+    }
+    seen.add(hit.id);
+    if (rank >= offset && rank < end) hits.push(hit);
+    rank++;
+  }
+  return { hits, duplicates };
+}

@@ -12,7 +12,7 @@ import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { PersistedIndex, type CheckpointPolicy } from '../distrib/index-persistence.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
-import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ShardIndex, type StoredDoc } from '../index/index.js';
+import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
 import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
 import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
@@ -80,7 +80,7 @@ export interface ReadBalanceOptions {
 }
 
 /** How often replicas' index checkpoint policies are checked. */
-const CHECKPOINT_CHECK_MS = 5000;
+const CHECKPOINT_CHECK_MS = 1000;
 
 /** What a replica's persisted index depends on besides its documents: the declared fields (and the default analyzer). */
 export function schemaFingerprint(state: CollectionState): string {
@@ -440,7 +440,7 @@ export class ShardexNode {
     this.m.indexOpens.inc({ method: report.method });
     replica.index = index;
     this.replicas.set(key, replica);
-    this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, index: report.method, replayed: report.replayed, indexMs: report.ms, ...(report.problem && { problem: report.problem }) }, 'replica opened');
+    this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, index: report.method, segments: report.segments, replayed: report.replayed, indexMs: report.ms, ...(report.problem && { problem: report.problem }) }, 'replica opened');
     await this.joinElection(replica);
     // A replica that (re)starts catches up from its leader before it counts as active.
     void this.recover(replica);
@@ -937,7 +937,7 @@ export class ShardexNode {
     return schema;
   }
 
-  private searchIndex(collection: string, shard: string): ShardIndex {
+  private searchIndex(collection: string, shard: string): ReplicaSearcher {
     const binding = this.localReplica(collection, shard).index;
     if (!(binding instanceof SearchIndexBinding)) throw new ShardexError('SHX_UNAVAILABLE', `the index of ${collection}/${shard} is not open yet`);
     return binding.index;

@@ -93,6 +93,8 @@ const FENCE = 'm:fence';
 const SYNC_MARK = 'm:sync';
 /** The live documents, written with every batch that changes them. */
 const COUNT = 'm:count';
+/** The update log's entries, written with every batch that adds some, so that opening never counts them. */
+const LOG_COUNT = 'm:logcount';
 /** Tombstones by the time they were written: t<ms, 16 digits><id> -> version (for the purge). */
 const TOMB = 't';
 const tombKey = (at: number, id: string): string => TOMB + String(at).padStart(VERSION_WIDTH, '0') + id;
@@ -265,10 +267,17 @@ export class ReplicaStore {
 
   /** Reads what the store needs at open: bounded by the log's retention, not by the documents. */
   private async load(): Promise<void> {
-    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':' })) {
-      this.logCount++;
-      const v = Number(key.slice(1));
-      if (v > this.maxVersionSeen) this.maxVersionSeen = v;
+    const logCount = await this.db.get(LOG_COUNT);
+    if (logCount !== undefined) {
+      this.logCount = Number(logCount);
+      for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) this.maxVersionSeen = Number(key.slice(1));
+    } else {
+      // Written before the count was kept: counted once (the next batch records it).
+      for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':' })) {
+        this.logCount++;
+        const v = Number(key.slice(1));
+        if (v > this.maxVersionSeen) this.maxVersionSeen = v;
+      }
     }
     const t = await this.db.get(TRIMMED);
     if (t !== undefined) this.trimmed = Number(t);
@@ -525,6 +534,7 @@ export class ReplicaStore {
     if (this.pending === group) this.pending = undefined;
     const ops = group.ops.length > 0 ? group.ops : [{ type: 'put' as const, key: SYNC_MARK, value: String(Date.now()) }];
     let seq = this.appliedSeq;
+    if (group.versions.length > 0) ops.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount + group.versions.length) });
     if (this.journal && group.changed.length > 0) {
       seq = ++this.seq;
       ops.push({ type: 'put', key: changeKey(seq), value: JSON.stringify(group.changed) }, { type: 'put', key: SEQ, value: String(seq) });
@@ -767,8 +777,11 @@ export class ReplicaStore {
     if (cutoff === undefined) return;
     await this.db.clear({ gte: LOG, lte: cutoff });
     this.trimmed = Number(cutoff.slice(1));
-    await this.db.put(TRIMMED, String(this.trimmed));
     this.logCount -= i;
+    await this.db.batch([
+      { type: 'put', key: TRIMMED, value: String(this.trimmed) },
+      { type: 'put', key: LOG_COUNT, value: String(this.logCount) },
+    ]);
   }
 
   /** Removes everything (before a full copy from the leader). */
@@ -788,6 +801,7 @@ export class ReplicaStore {
       [
         { type: 'put', key: FORMAT, value: FORMAT_VERSION },
         { type: 'put', key: FENCE, value: String(this.fenceEpoch) },
+        { type: 'put', key: LOG_COUNT, value: '0' },
         // Sequences keep growing: a segment written before the clear never matches what follows it.
         { type: 'put', key: SEQ, value: String(this.seq) },
       ],

@@ -1,0 +1,268 @@
+// A replica's search index as Lucene keeps one: sealed segments, each an immutable ShardIndex
+// loaded from its own file (only deletes change it), plus one mutable buffer taking every add.
+// Writing a segment costs what the buffer holds, not what the replica holds, so segments can be
+// written often; a merge folds several segments into one, built apart and swapped in.
+//
+// An id lives in exactly one part: an add first removes the id from the part holding it, so the
+// parts' live documents are disjoint and their statistics (which count live documents only) sum
+// to the statistics of one index holding them all. A search is then a small distributed search
+// over the parts (src/distrib/search.ts does the same over shards): the parts' statistics are
+// summed, every part scores with the sum, and their top hits merge in the one hit order. Its hits,
+// scores, totals and sort values are those of a single ShardIndex holding the same documents.
+//
+// Pure: no I/O, no timers. Persistence (which segment is in which file, what was deleted from it
+// since) is src/distrib/index-persistence.ts's.
+
+import type { StoredDoc } from './document.js';
+import { checkPage, ShardIndex, type SearchHit, type SearchRequest, type ShardIndexOptions, type ShardSearchResult } from './shard-index.js';
+import type { CollectionSchema } from './schema.js';
+import { mergeHitLists, parseSort } from './sort.js';
+import { mergeStats, type IndexStats } from './stats.js';
+
+/** What a searcher of one replica needs (a ShardIndex or a SegmentedIndex). */
+export interface ReplicaSearcher {
+  readonly size: number;
+  search(req?: SearchRequest, globalStats?: IndexStats): ShardSearchResult;
+  collectStats(req?: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'>): IndexStats;
+  matcher(req?: Pick<SearchRequest, 'q' | 'filters' | 'defaultOperator'>): (id: string) => boolean;
+}
+
+/** A sealed segment: its index, its name (the persistence layer's), and the ids deleted from it since it was sealed. */
+export interface Segment {
+  readonly name: string;
+  readonly index: ShardIndex;
+  /** Ids removed from the segment since it was written (replayed onto it when it is loaded again). */
+  readonly deleted: Set<string>;
+}
+
+export class SegmentedIndex implements ReplicaSearcher {
+  readonly schema: CollectionSchema;
+  private readonly options: ShardIndexOptions;
+  /** Sealed segments, oldest first. */
+  private sealed: Segment[] = [];
+  /** Takes every add; sealed by seal(). */
+  private buffer: ShardIndex;
+  /** Changes (adds and deletes) since the buffer was last sealed. */
+  private changes = 0;
+
+  constructor(schema: CollectionSchema, segments: readonly Segment[] = [], options: ShardIndexOptions = {}) {
+    this.schema = schema;
+    this.options = options;
+    this.sealed = [...segments];
+    this.buffer = new ShardIndex(schema, options);
+  }
+
+  /** Live documents in every part. */
+  get size(): number {
+    let n = this.buffer.size;
+    for (const s of this.sealed) n += s.index.size;
+    return n;
+  }
+
+  /** The sealed segments, oldest first. */
+  get segments(): readonly Segment[] {
+    return this.sealed;
+  }
+
+  /** Adds and deletes the buffer holds since it was last sealed (what seal() would write). */
+  get unsealedChanges(): number {
+    return this.changes;
+  }
+
+  /** Documents in the buffer (not yet in any segment). */
+  get bufferSize(): number {
+    return this.buffer.size;
+  }
+
+  has(id: string): boolean {
+    return this.owner(id) !== undefined;
+  }
+
+  // ---- write path ----
+
+  /** Adds (doc) and deletes (doc null) in order, as add() and delete() one by one would. */
+  apply(ops: Iterable<{ readonly id: string; readonly doc: StoredDoc | null }>): void {
+    for (const op of ops) {
+      if (op.doc === null) this.delete(op.id);
+      else this.add(op.id, op.doc);
+    }
+  }
+
+  /** Indexes `doc` under `id`, replacing any earlier version wherever it is; a bad document changes nothing. */
+  add(id: string, doc: StoredDoc): void {
+    // The buffer checks the document before it changes anything; an older copy in a segment goes
+    // only once the new one is in.
+    const inBuffer = this.buffer.has(id);
+    this.buffer.add(id, doc);
+    if (!inBuffer) this.removeSealed(id);
+    this.changes++;
+  }
+
+  /** Removes the document; false when there was none. */
+  delete(id: string): boolean {
+    this.changes++;
+    return this.buffer.delete(id) || this.removeSealed(id);
+  }
+
+  /** Gives back the buffer's spare capacity (after a bulk load). */
+  trim(): void {
+    this.buffer.trim();
+  }
+
+  /**
+   * Seals the buffer as a new segment named `name` and starts an empty one; returns the new
+   * segment (undefined when the buffer holds no document: its deletes are in the other
+   * segments' lists already).
+   */
+  seal(name: string): Segment | undefined {
+    this.changes = 0;
+    if (this.buffer.size === 0) {
+      this.buffer = new ShardIndex(this.schema, this.options);
+      return undefined;
+    }
+    this.buffer.trim();
+    const segment: Segment = { name, index: this.buffer, deleted: new Set() };
+    this.sealed.push(segment);
+    this.buffer = new ShardIndex(this.schema, this.options);
+    return segment;
+  }
+
+  /** Segments holding no live document (every one deleted): dropped at once, returned so their files can go. */
+  dropEmpty(): Segment[] {
+    const empty = this.sealed.filter((s) => s.index.size === 0);
+    if (empty.length > 0) this.sealed = this.sealed.filter((s) => s.index.size > 0);
+    return empty;
+  }
+
+  /**
+   * Replaces the segments `sources` with `merged`, which was built from their documents while
+   * writes went on: an id of `merged` that meanwhile moved to a newer part or was deleted is
+   * removed from it (and listed in its deletes). `merged` takes the place of the newest source.
+   */
+  replace(sources: readonly Segment[], merged: Segment): void {
+    const from = new Set(sources);
+    const sourceIndexes = new Set(sources.map((s) => s.index));
+    for (const id of merged.index.liveIds()) {
+      const owner = this.owner(id);
+      if (owner === undefined || !sourceIndexes.has(owner)) {
+        merged.index.delete(id);
+        merged.deleted.add(id);
+      }
+    }
+    const at = Math.max(...sources.map((s) => this.sealed.indexOf(s)));
+    const next: Segment[] = [];
+    this.sealed.forEach((s, i) => {
+      if (i === at) next.push(merged);
+      else if (!from.has(s)) next.push(s);
+    });
+    this.sealed = next;
+  }
+
+  // ---- read path ----
+
+  search(req: SearchRequest = {}, globalStats?: IndexStats): ShardSearchResult {
+    const parts = this.parts();
+    if (parts.length === 1) return parts[0]!.search(req, globalStats);
+    const { offset, limit } = checkPage(req);
+    const sort = req.sort === undefined || typeof req.sort === 'string' ? parseSort(req.sort, this.schema) : req.sort;
+    const stats = globalStats ?? this.collectStats(req);
+    // As ShardIndex.search, the top offset+limit (the caller cuts the page): each part's, merged.
+    const perPart: SearchRequest = { ...req, sort, offset: 0, limit: offset + limit };
+    let total = 0;
+    const lists: SearchHit[][] = [];
+    for (const p of parts) {
+      const r = p.search(perPart, stats);
+      total += r.total;
+      lists.push(r.hits);
+    }
+    return { total, hits: mergeHitLists(lists, sort, 0, offset + limit).hits };
+  }
+
+  collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {
+    const parts = this.parts();
+    if (parts.length === 1) return parts[0]!.collectStats(req);
+    return mergeStats(parts.map((p) => p.collectStats(req)));
+  }
+
+  matcher(req: Pick<SearchRequest, 'q' | 'filters' | 'defaultOperator'> = {}): (id: string) => boolean {
+    const parts = this.parts();
+    const matchers = parts.map((p) => p.matcher(req));
+    return (id) => matchers.some((m) => m(id));
+  }
+
+  /** The part holding `id`, if any. */
+  private owner(id: string): ShardIndex | undefined {
+    if (this.buffer.has(id)) return this.buffer;
+    for (let i = this.sealed.length - 1; i >= 0; i--) if (this.sealed[i]!.index.has(id)) return this.sealed[i]!.index;
+    return undefined;
+  }
+
+  private removeSealed(id: string): boolean {
+    for (let i = this.sealed.length - 1; i >= 0; i--) {
+      const s = this.sealed[i]!;
+      if (s.index.delete(id)) {
+        s.deleted.add(id);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** The parts a search reads: segments with live documents, and the buffer (always: it reports bad requests). */
+  private parts(): ShardIndex[] {
+    const parts: ShardIndex[] = [];
+    for (const s of this.sealed) if (s.index.size > 0) parts.push(s.index);
+    parts.push(this.buffer);
+    return parts;
+  }
+}
+
+/** When segments are merged: size tiers, after Lucene's TieredMergePolicy (much simplified). */
+export interface MergePolicy {
+  /** A tier holding this many segments gets its smallest ones merged; default 10. */
+  readonly segmentsPerTier: number;
+  /** A merge never makes a segment of more live documents than this, nor picks one of more than half of it; default 250,000. */
+  readonly maxSegmentDocs: number;
+  /** Segments of fewer documents are one tier; each tier above is ten times larger; default 1,000. */
+  readonly floorSegmentDocs: number;
+  /** A segment whose deleted documents outnumber its live ones by this factor is rewritten alone; default 1. */
+  readonly reclaimDeletes: number;
+}
+
+export const DEFAULT_MERGE_POLICY: MergePolicy = { segmentsPerTier: 10, maxSegmentDocs: 250_000, floorSegmentDocs: 1_000, reclaimDeletes: 1 };
+
+/**
+ * The segments to merge next, or undefined. A segment mostly deleted is rewritten alone. Else
+ * segments are grouped in tiers by size (below floorSegmentDocs, then each ten times larger),
+ * and the smallest tier with segmentsPerTier segments has its smallest ones merged (at least two,
+ * at most segmentsPerTier, within maxSegmentDocs): every document is merged about once per tier,
+ * and the segments stay about segmentsPerTier per tier. Pure: it looks only at sizes and deletes.
+ */
+export function pickMerge(segments: readonly Segment[], policy: MergePolicy = DEFAULT_MERGE_POLICY): Segment[] | undefined {
+  const live = segments.filter((s) => s.index.size > 0);
+  const wasteful = live.find((s) => s.deleted.size > policy.reclaimDeletes * s.index.size);
+  if (wasteful !== undefined) return [wasteful];
+  const tierOf = (docs: number): number => (docs < policy.floorSegmentDocs ? 0 : 1 + Math.floor(Math.log10(docs / policy.floorSegmentDocs)));
+  const tiers = new Map<number, Segment[]>();
+  for (const s of live) {
+    if (s.index.size > policy.maxSegmentDocs / 2) continue;
+    const t = tierOf(s.index.size);
+    const list = tiers.get(t);
+    if (list === undefined) tiers.set(t, [s]);
+    else list.push(s);
+  }
+  for (const t of [...tiers.keys()].sort((a, b) => a - b)) {
+    const tier = tiers.get(t)!;
+    if (tier.length < policy.segmentsPerTier) continue;
+    tier.sort((a, b) => a.index.size - b.index.size);
+    const picked: Segment[] = [];
+    let docs = 0;
+    for (const s of tier) {
+      if (picked.length === policy.segmentsPerTier || docs + s.index.size > policy.maxSegmentDocs) break;
+      picked.push(s);
+      docs += s.index.size;
+    }
+    if (picked.length >= 2) return picked;
+  }
+  return undefined;
+}

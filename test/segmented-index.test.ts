@@ -1,0 +1,165 @@
+// A SegmentedIndex answers exactly as one ShardIndex holding the same documents: same hits,
+// scores, totals, sort values and statistics, whatever the writes, seals and merges in between.
+import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../src/corpus.js';
+import { parseSchema, pickMerge, SegmentedIndex, ShardIndex, type IndexStats, type SearchRequest, type Segment, type StoredDoc } from '../src/index/index.js';
+
+const schema = parseSchema({ title: 'text', tag: 'keyword', price: 'number' });
+const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta', 'iota', 'kappa'];
+
+function doc(rand: () => number, i: number): StoredDoc {
+  const w = (): string => WORDS[Math.floor(rand() * WORDS.length)]!;
+  return {
+    title: `${w()} ${w()} ${w()}`,
+    tag: rand() < 0.3 ? ['red', w()] : w(),
+    price: Math.round(rand() * 1000) / 10,
+    // Undeclared fields, some only in some documents (and so only in some segments).
+    ...(i % 3 === 0 && { note: `${w()} note ${i}` }),
+    ...(i % 4 === 0 && { rank: i % 17 }),
+  };
+}
+
+const QUERIES: SearchRequest[] = [
+  { q: 'alpha' },
+  { q: 'alpha beta', limit: 25 },
+  { q: 'title:"alpha delta"', limit: 20 },
+  { q: 'alpha OR gamma', sort: 'price desc', limit: 15, offset: 5 },
+  { q: '*', filters: ['tag:red'], sort: 'tag asc,id asc', limit: 30 },
+  { q: 'note:alpha', sort: 'rank desc', limit: 25 },
+  { q: 'price:[10 TO 40]', sort: 'price asc', limit: 50, offset: 7 },
+  { q: 'zeta -eta', defaultOperator: 'AND', limit: 100 },
+  { q: '*', sort: 'rank asc', limit: 40 },
+];
+
+const byKey = <T>(key: (x: T) => string) => (a: T, b: T): number => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0);
+function normalized(s: IndexStats): IndexStats {
+  return {
+    fields: [...s.fields].sort(byKey((f) => f.field)),
+    terms: [...s.terms].sort(byKey((t) => `${t.field}\u0000${t.term}`)),
+    sortFields: [...s.sortFields].sort(byKey((f) => f.field)),
+  };
+}
+
+function check(seg: SegmentedIndex, one: ShardIndex): void {
+  expect(seg.size).toBe(one.size);
+  for (const q of QUERIES) {
+    expect(seg.search(q), JSON.stringify(q)).toEqual(one.search(q));
+    expect(normalized(seg.collectStats(q))).toEqual(normalized(one.collectStats(q)));
+  }
+  const m1 = seg.matcher({ q: 'alpha', filters: ['tag:red'] });
+  const m2 = one.matcher({ q: 'alpha', filters: ['tag:red'] });
+  for (let i = 0; i < 400; i++) expect(m1(`d${i}`)).toBe(m2(`d${i}`));
+}
+
+describe('SegmentedIndex', () => {
+  it('answers as one index under adds, replacements, deletes and seals', () => {
+    for (const seed of [1, 2, 3]) {
+      const rand = mulberry32(seed);
+      const seg = new SegmentedIndex(schema);
+      const one = new ShardIndex(schema);
+      for (let round = 0; round < 6; round++) {
+        for (let k = 0; k < 120; k++) {
+          const i = Math.floor(rand() * 400);
+          if (rand() < 0.2) {
+            expect(seg.delete(`d${i}`)).toBe(one.delete(`d${i}`));
+          } else {
+            const d = doc(rand, i);
+            seg.add(`d${i}`, d);
+            one.add(`d${i}`, d);
+          }
+        }
+        seg.seal(`s${seed}-${round}`);
+        check(seg, one);
+      }
+      expect(seg.segments.length).toBeGreaterThan(3);
+    }
+  });
+
+  it('keeps the ids of its parts disjoint: a replaced document is deleted from its older segment and listed there', () => {
+    const seg = new SegmentedIndex(schema);
+    seg.add('a', { title: 'alpha' });
+    seg.add('b', { title: 'beta' });
+    const first = seg.seal('one')!;
+    seg.add('a', { title: 'gamma' });
+    seg.delete('b');
+    expect([...first.deleted].sort()).toEqual(['a', 'b']);
+    expect(seg.search({ q: 'alpha' }).total).toBe(0);
+    expect(seg.search({ q: 'gamma' }).hits.map((h) => h.id)).toEqual(['a']);
+    expect(seg.size).toBe(1);
+    // Every document of 'one' is gone: it is dropped; 'a' lives in the buffer.
+    expect(seg.dropEmpty().map((s) => s.name)).toEqual(['one']);
+    seg.seal('two');
+    seg.delete('a');
+    expect(seg.dropEmpty().map((s) => s.name)).toEqual(['two']);
+    expect(seg.segments).toEqual([]);
+  });
+
+  it('refuses a bad document without changing anything, and a bad page as one index does', () => {
+    const seg = new SegmentedIndex(parseSchema({ price: 'number' }));
+    seg.add('a', { price: 1 });
+    seg.seal('one');
+    expect(() => seg.add('a', { price: 'not a number' })).toThrow();
+    expect(seg.search({ q: '*' }).hits.map((h) => h.id)).toEqual(['a']);
+    expect(() => seg.search({ q: '*', offset: -1 })).toThrow(/offset must be a non-negative integer/);
+    expect(() => seg.search({ q: '*', limit: 10_001 })).toThrow(/must not exceed/);
+  });
+
+  it('swaps a merged segment in, dropping from it what moved on while it was built', () => {
+    const rand = mulberry32(9);
+    const seg = new SegmentedIndex(schema);
+    const one = new ShardIndex(schema);
+    const docs = new Map<string, StoredDoc>();
+    const put = (id: string, d: StoredDoc): void => {
+      seg.add(id, d);
+      one.add(id, d);
+      docs.set(id, d);
+    };
+    for (let i = 0; i < 300; i++) {
+      put(`d${i}`, doc(rand, i));
+      if (i % 100 === 99) seg.seal(`s${i}`);
+    }
+    const sources = seg.segments.slice(0, 2);
+    // The merge reads the sources' documents...
+    const merged = new ShardIndex(schema);
+    for (const s of sources) for (const id of s.index.liveIds()) merged.add(id, docs.get(id)!);
+    // ...while writes go on.
+    put('d5', doc(rand, 5));
+    seg.delete('d150');
+    one.delete('d150');
+    seg.replace(sources, { name: 'merged', index: merged, deleted: new Set() });
+    expect(seg.segments.map((s) => s.name)).toEqual(['merged', 's299']);
+    expect([...seg.segments[0]!.deleted].sort()).toEqual(['d150', 'd5']);
+    check(seg, one);
+  });
+});
+
+describe('pickMerge', () => {
+  const policy = { segmentsPerTier: 3, maxSegmentDocs: 1000, floorSegmentDocs: 10, reclaimDeletes: 1 };
+  const segment = (name: string, docs: number, deleted = 0): Segment => {
+    const index = new ShardIndex(schema);
+    for (let i = 0; i < docs; i++) index.add(`${name}-${i}`, { title: 'alpha' });
+    return { name, index, deleted: new Set(Array.from({ length: deleted }, (_, i) => `gone${i}`)) };
+  };
+  const names = (s: Segment[] | undefined): string[] | undefined => s?.map((x) => x.name);
+
+  it('merges nothing while every tier has fewer than segmentsPerTier segments', () => {
+    expect(pickMerge([segment('a', 5), segment('b', 5), segment('c', 50), segment('d', 50)], policy)).toBeUndefined();
+  });
+
+  it('merges the smallest segments of the smallest full tier', () => {
+    const s = [segment('big1', 50), segment('s1', 4), segment('big2', 60), segment('s2', 2), segment('big3', 70), segment('s3', 3), segment('s4', 9)];
+    expect(names(pickMerge(s, policy))).toEqual(['s2', 's3', 's1']);
+    expect(names(pickMerge(s.filter((x) => x.name.startsWith('big')), policy))).toEqual(['big1', 'big2', 'big3']);
+  });
+
+  it('never exceeds maxSegmentDocs, and leaves segments of more than half of it alone', () => {
+    const s = [segment('a', 400), segment('b', 450), segment('c', 300), segment('d', 600)];
+    expect(names(pickMerge(s, policy))).toEqual(['c', 'a']);
+    expect(pickMerge([segment('x', 600), segment('y', 700), segment('z', 800)], policy)).toBeUndefined();
+  });
+
+  it('rewrites a mostly deleted segment alone, first', () => {
+    const s = [segment('a', 5), segment('b', 5), segment('c', 5), segment('d', 20, 30)];
+    expect(names(pickMerge(s, policy))).toEqual(['d']);
+  });
+});
