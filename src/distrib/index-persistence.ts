@@ -188,8 +188,16 @@ export class PersistedIndex extends SearchIndexBinding {
         if (this.written.has(segment)) continue;
         // A segment changes only by deletes, which are idempotent: the commit's list covers any
         // the file misses, and the journal any made after the durable point.
-        const size = await writeSegment(join(this.o.dir, segment.name), segment.index.exportState(), { seq, fingerprint: this.o.fingerprint });
+        const path = join(this.o.dir, segment.name);
+        const size = await writeSegment(path, segment.index.exportState(), { seq, fingerprint: this.o.fingerprint });
         this.written.add(segment);
+        // From now on the segment is served from its file's buffer: exact-size arrays, outside
+        // the JS heap, in place of the growable ones it was built in. Deletes made meanwhile
+        // are in its list, and apply again.
+        const loaded = await loadSegment(path, this.o.schema, this.o.fingerprint);
+        if (!loaded.ok) throw new Error(`the segment just written cannot be read back: ${loaded.problem}`);
+        for (const id of segment.deleted) loaded.index.delete(id);
+        segment.index = loaded.index;
         this.o.onSegmentWritten?.(size);
         bytes += size;
       }

@@ -30,7 +30,8 @@ export interface ReplicaSearcher {
 /** A sealed segment: its index, its name (the persistence layer's), and the ids deleted from it since it was sealed. */
 export interface Segment {
   readonly name: string;
-  readonly index: ShardIndex;
+  /** Replaced once its file is written by the same index loaded from the file (exact-size arrays outside the JS heap). */
+  index: ShardIndex;
   /** Ids removed from the segment since it was written (replayed onto it when it is loaded again). */
   readonly deleted: Set<string>;
 }
