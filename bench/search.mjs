@@ -19,7 +19,7 @@ import MiniSearch from 'minisearch';
 import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
 import { parseSchema, ShardIndex } from '../dist/index/index.js';
-import { dirSize, fmt, httpRequest, log, percentile, processCpuMs, ratio, startDevCluster, vocabularyByRank } from './lib.mjs';
+import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, startDevCluster, vocabularyByRank } from './lib.mjs';
 
 const COLLECTION = 'bench';
 const FIELDS = { title: 'text', body: 'text', category: 'keyword', price: 'number', ts: 'date' };
@@ -27,12 +27,12 @@ const RETURNED = ['id', 'title', 'category', 'price'];
 const LIMIT = 10;
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25 };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000 };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '').replace(/-(\w)/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown flag ${rest[i]} (known: ${Object.keys(a).join(', ')})`);
     const n = Number(rest[i + 1]);
-    if (!Number.isFinite(n) || n <= 0) throw new Error(`${rest[i]} must be a positive number`);
+    if (!Number.isFinite(n) || n < 0 || (n === 0 && key !== 'memoryDocs')) throw new Error(`${rest[i]} must be a positive number${key === 'memoryDocs' ? ' (or 0 to skip the phase)' : ''}`);
     a[key] = n;
   }
   return a;
@@ -323,6 +323,74 @@ async function fts5Engine(docs, batch) {
 const ms = (x) => (Number.isFinite(x) ? x.toFixed(2) + ' ms' : 'n/a');
 const perDoc = (bytes, n) => (Number.isFinite(bytes) ? `${fmt(bytes / n)} B` : 'n/a');
 
+// ---- memory at scale (issue 11, must-show 4): one node, one replica, --memory-docs documents ----
+
+async function memoryOf(pid, url) {
+  const [rss, heap, external] = [await rssOf(pid), await metricSum([url], 'shardex_nodejs_heap_size_used_bytes'), await metricSum([url], 'shardex_nodejs_external_memory_bytes')];
+  return { rss, heap, external };
+}
+
+async function memoryAtScale(a) {
+  const n = a.memoryDocs;
+  log(`memory at scale: ${fmt(n)} docs in one node (shardex dev --nodes 1; collection 'mem': 1 shard x 1 replica, fields ${JSON.stringify(FIELDS)}) ...`);
+  const cluster = await startDevCluster({ nodes: 1, shards: 1, replicas: 1 });
+  try {
+    const url = cluster.urls[0];
+    await post(`${url}/api/collections`, JSON.stringify({ name: 'mem', numShards: 1, replicationFactor: 1, fields: FIELDS }));
+    const before = await memoryOf(cluster.pid, url);
+    const docs = generateDocs({ count: n, seed: 2 });
+    let jsonBytes = 0;
+    let done = 0;
+    let last = performance.now();
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: a.concurrency }, async () => {
+        for (;;) {
+          const batch = [];
+          for (let r = docs.next(); !r.done; r = docs.next()) {
+            batch.push(r.value);
+            if (batch.length === a.batch) break;
+          }
+          if (batch.length === 0) return;
+          const body = JSON.stringify(batch);
+          jsonBytes += Buffer.byteLength(body);
+          await post(`${url}/api/collections/mem/docs`, body);
+          done += batch.length;
+          if (performance.now() - last > 5000) {
+            last = performance.now();
+            log(`  ${fmt(done)} / ${fmt(n)} docs, ${fmt(done / ((last - t0) / 1000))} docs/s`);
+          }
+        }
+      }),
+    );
+    log(`  indexed ${fmt(n)} docs in ${((performance.now() - t0) / 1000).toFixed(1)} s; waiting for checkpoints and merges to settle ...`);
+    await post(`${url}/api/collections/mem/commit`, '{}');
+    // Settled: no segment written for 10 s (checkpoints are checked every second).
+    let written = await metricSum([url], 'shardex_index_segments_written_total');
+    for (let quiet = 0; quiet < 10; ) {
+      await new Promise((r) => setTimeout(r, 1000));
+      const now = await metricSum([url], 'shardex_index_segments_written_total');
+      quiet = now === written ? quiet + 1 : 0;
+      written = now;
+    }
+    const after = await memoryOf(cluster.pid, url);
+    const total = await httpRequest(`${url}/api/collections/mem/search?q=*&limit=0`);
+    log('');
+    log(`| figure (${fmt(n)} docs, 1 node, 1 replica) | per document | the documents' JSON per document (baseline) | ratio |`);
+    log('|---|---|---|---|');
+    const json = jsonBytes / n;
+    for (const [name, key] of [['RSS growth', 'rss'], ['JS heap growth (used, without a forced GC)', 'heap'], ['external memory growth (Buffers: segment files)', 'external']]) {
+      const per = (after[key] - before[key]) / n;
+      log(`| ${name} | ${perDoc(after[key] - before[key], n)} | ${fmt(json)} B | ${ratio(per, json)} |`);
+    }
+    log(`| search total for q=* (must be ${fmt(n)}) | ${JSON.parse(total.body).total} | | |`);
+    log('');
+  } finally {
+    log(`stopping dev cluster (pid ${cluster.pid}) ...`);
+    await cluster.stop();
+  }
+}
+
 export async function run(rest) {
   const a = args(rest);
   deadline = performance.now() + a.maxMinutes * 60_000;
@@ -427,4 +495,6 @@ export async function run(rest) {
   log(`| disk per doc (shardex: data dir / docs / ${replicas} replicas, update log + docs; FTS5: db file with the documents table) | ${perDoc(diskBytes / replicas, a.docs)} | ${perDoc(fts.bytes, a.docs)} | - | ${ratio(diskBytes / replicas, fts.bytes)} | - | - |`);
   log('');
   log('Ratios are shardex / baseline: above 1 means shardex is slower for latencies, faster for rates, larger for bytes.');
+  log('');
+  if (a.memoryDocs > 0) await memoryAtScale(a);
 }
