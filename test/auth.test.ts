@@ -41,6 +41,7 @@ interface Endpoint {
 const ENDPOINTS: Endpoint[] = [
   { method: 'GET', route: '/health', url: '/health', access: 'public' },
   { method: 'GET', route: '/health/live', url: '/health/live', access: 'public' },
+  { method: 'GET', route: '/', url: '/', access: 'public' },
   { method: 'GET', route: '/api/cluster', url: '/api/cluster', access: 'any' },
   { method: 'GET', route: '/api/readers', url: '/api/readers', access: 'any' },
   { method: 'GET', route: '/metrics', url: '/metrics', access: 'any' },

@@ -5,6 +5,7 @@
 // with backoff (never a rejected request), and suspends hosts that cannot be reached. Every
 // request goes through the one retry loop (failover.ts). In gateway mode (one URL for the whole
 // cluster, behind a load balancer) it only groups by shard and retries: no leader routing.
+import { Agent } from 'node:https';
 import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { checkId, toAddOps } from '../distrib/documents.js';
@@ -15,8 +16,8 @@ import { ClusterSnapshot, type NodeView } from './cluster-state.js';
 import { DEFAULT_HOST_UNAVAILABLE_CODES, DEFAULT_MIN_HOSTS, DEFAULT_SUSPEND_TIME_MS, HostAvailability } from './host-availability.js';
 import { RequestExecutor, type AttemptFailure, type JobContext, type Outcome, type Request } from './failover.js';
 import { CoordinatorStateSource, HttpStateSource, normalizeUrls, type ClusterStateSource } from './state-source.js';
-import { apiKeyOption, checkKeys, codeListOption, durationOption, functionOption, intOption, oneOf } from './options.js';
-import { httpCall, withApiKey } from './transport.js';
+import { apiKeyOption, checkKeys, codeListOption, durationOption, functionOption, intOption, oneOf, tlsOption } from './options.js';
+import { agentFetch, httpCall, withApiKey } from './transport.js';
 import type {
   AddResult,
   DeleteResult,
@@ -38,7 +39,7 @@ import { ReadBalanceAdmin, type NodeReadSlots, type ReadSlotsOptions } from './r
 import { WriteBatcher, type WriteBatcherOptions } from './write-batcher.js';
 import { distributedSearch } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
-import { PeerClients } from '../transport/index.js';
+import { PeerClients, type ClientTlsMaterial } from '../transport/index.js';
 import { silentLogger } from '../logger.js';
 import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { ReadPath } from '../read/read-path.js';
@@ -78,6 +79,7 @@ const COMMON_KEYS = [
   'scheduler',
   'selectorProfiles',
   'apiKey',
+  'tls',
 ] as const;
 
 /** Refuses unknown keys and a connection that names no cluster (or more than one way to it). */
@@ -106,6 +108,9 @@ const enc = encodeURIComponent;
 export class ShardexClient {
   private readonly source: ClusterStateSource;
   private readonly fetchFn: FetchLike;
+  /** TLS towards nodes and readers (the `tls` option), and the https agent that carries it. */
+  private readonly tls: ClientTlsMaterial | undefined;
+  private readonly agent: Agent | undefined;
   private readonly log: Logger | undefined;
   /** The client's pino logger (silent unless one was given). */
   readonly logger: Logger;
@@ -136,7 +141,10 @@ export class ShardexClient {
 
   constructor(opts: ShardexClientOptions) {
     checkConnection(opts);
-    const fetchFn = functionOption<FetchLike>('fetch', opts.fetch) ?? ((url, init) => fetch(url, init));
+    this.tls = tlsOption(opts.tls);
+    const given = functionOption<FetchLike>('fetch', opts.fetch);
+    this.agent = this.tls && !given ? new Agent({ keepAlive: true, ...this.tls }) : undefined;
+    const fetchFn = given ?? (this.agent ? agentFetch(this.agent) : (url, init) => fetch(url, init));
     const apiKey = apiKeyOption(opts.apiKey);
     this.fetchFn = apiKey === undefined ? fetchFn : withApiKey(fetchFn, apiKey);
     this.log = opts.logger?.child({ component: 'client' });
@@ -504,7 +512,7 @@ export class ShardexClient {
   private eventualPath(): ReadPath {
     if (!this.readPathCache) {
       const nodes = (): readonly NodeView[] => this.snapshot.nodes;
-      const peers = new PeerClients({ resolve: (name) => nodes().find((n) => n.name === name)?.grpc, logger: this.log ?? silentLogger() });
+      const peers = new PeerClients({ resolve: (name) => nodes().find((n) => n.name === name)?.grpc, logger: this.log ?? silentLogger(), ...(this.tls && { tls: this.tls }) });
       const router = new EventualRouter({
         selector: new ReaderSelector(this.selectorProfiles),
         readers: () => nodes().filter((n) => n.role === 'reader').map((n) => ({ name: n.name, http: n.http, grpc: n.grpc, role: 'reader' as const, ...(n.group !== undefined && { group: n.group }) })),
@@ -628,6 +636,7 @@ export class ShardexClient {
     this.unwatch?.();
     this.failover.close();
     this.readPathCache?.peers.close();
+    this.agent?.destroy();
     await this.source.close();
   }
 }

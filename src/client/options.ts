@@ -29,6 +29,22 @@ export function apiKeyOption(v: unknown): string | undefined {
   return v;
 }
 
+/** The `tls` option as PEM bytes: only ca, cert and key, each PEM text or bytes, cert and key together. */
+export function tlsOption(v: unknown): { ca?: Buffer; cert?: Buffer; key?: Buffer } | undefined {
+  if (v === undefined) return undefined;
+  checkKeys('tls', v as object, ['ca', 'cert', 'key']);
+  const o = v as Record<string, unknown>;
+  const out: { ca?: Buffer; cert?: Buffer; key?: Buffer } = {};
+  for (const k of ['ca', 'cert', 'key'] as const) {
+    const pem = o[k];
+    if (pem === undefined) continue;
+    if (typeof pem !== 'string' && !(pem instanceof Uint8Array)) throw new ShardexError('SHX_BAD_CONFIG', `tls.${k} must be PEM text or its bytes (e.g. readFileSync('${k}.pem')), got ${show(pem)}`);
+    out[k] = Buffer.from(pem);
+  }
+  if ((out.cert === undefined) !== (out.key === undefined)) throw new ShardexError('SHX_BAD_CONFIG', `tls.${out.cert === undefined ? 'key' : 'cert'} needs tls.${out.cert === undefined ? 'cert' : 'key'}: give the certificate and its private key together`);
+  return out;
+}
+
 export function functionOption<F>(name: string, v: unknown): F | undefined {
   if (v === undefined) return undefined;
   if (typeof v !== 'function') throw new ShardexError('SHX_BAD_CONFIG', `${name} must be a function, got ${show(v)}`);

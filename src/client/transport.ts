@@ -2,6 +2,7 @@
 // back (a JSON error body, a dropped connection, a timeout) into the error catalog, once.
 // Socket errors stay in the `cause` chain, where the failover's classification finds them; an
 // error answer carries its `status` in `details`: whatever its body says, the host answered.
+import { request, type Agent } from 'node:https';
 import { ERRORS, ShardexError, type ErrorCode } from '../errors.js';
 import type { FetchLike } from './types.js';
 
@@ -29,6 +30,41 @@ export function withApiKey(fetchFn: FetchLike, key: string): FetchLike {
     const headers = new Headers(init.headers);
     headers.set('authorization', authorization);
     return fetchFn(url, { ...init, headers });
+  };
+}
+
+/**
+ * A `fetch` that sends https requests through `agent` (which holds the CA to trust and the
+ * certificate to present: Node's fetch takes neither), and anything else to `fetch`. It does
+ * what httpCall needs: method, headers, a string or bytes body, the abort signal.
+ */
+export function agentFetch(agent: Agent): FetchLike {
+  return (url, init) => {
+    if (!url.startsWith('https:')) return fetch(url, init);
+    return new Promise<Response>((resolve, reject) => {
+      const headers: Record<string, string> = {};
+      new Headers(init.headers).forEach((value, name) => (headers[name] = value));
+      const req = request(url, { method: init.method ?? 'GET', headers, agent, ...(init.signal && { signal: init.signal }) }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('error', reject);
+        res.on('end', () => {
+          const answer = new Headers();
+          for (const [name, value] of Object.entries(res.headers)) for (const v of [value ?? []].flat()) answer.append(name, v);
+          const status = res.statusCode ?? 500;
+          const body = chunks.length === 0 || status === 204 || status === 304 ? null : Buffer.concat(chunks);
+          resolve(new Response(body, { status, headers: answer }));
+        });
+      });
+      req.on('error', reject);
+      const body = init.body;
+      if (body !== undefined && body !== null && typeof body !== 'string' && !(body instanceof Uint8Array)) {
+        req.destroy();
+        reject(new TypeError('the https transport sends string or byte bodies only'));
+        return;
+      }
+      req.end(body ?? undefined);
+    });
   };
 }
 

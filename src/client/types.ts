@@ -8,6 +8,13 @@ import type { ServedBy } from '../read/eventual.js';
 /** The `fetch` the client calls (injectable so tests can fake the network). */
 export type FetchLike = (url: string, init: RequestInit) => Promise<Response>;
 
+/** PEM text (or its bytes) of the client's TLS settings. */
+export interface ClientTls {
+  readonly ca?: string | Uint8Array;
+  readonly cert?: string | Uint8Array;
+  readonly key?: string | Uint8Array;
+}
+
 /** Timers the failover machinery uses (injectable so tests can drive them). */
 export interface Scheduler {
   setTimeout(fn: () => void, ms: number): unknown;
@@ -39,6 +46,12 @@ interface CommonClientOptions {
   readonly scheduler?: Scheduler;
   /** API key sent as `Authorization: Bearer KEY` to every node (needed when nodes run with --api-keys). */
   readonly apiKey?: string;
+  /**
+   * TLS towards nodes that run with --tls-cert: `ca` (PEM) to trust for https and for gRPC to
+   * readers (absent: the system's CAs); `cert` and `key` (PEM) to present where gRPC is mutual TLS
+   * (--tls-ca: eventual reads go to readers over it). A given `fetch` does its own https.
+   */
+  readonly tls?: ClientTls;
   /** Scan-server selector profiles (Accumulo's JSON) for eventual reads; default: Accumulo's default. */
   readonly selectorProfiles?: unknown;
 }

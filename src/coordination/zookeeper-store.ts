@@ -17,11 +17,19 @@
 // - Watches: one library watcher per (path, kind) dispatches to every watcher the caller set there,
 //   once, as the Java client does; a get() on a missing node leaves an exists-watch so that its
 //   watcher fires on create.
+// - ACLs: with `digest` credentials ('user:password') every session authenticates with them (the
+//   library re-sends them on every reconnection, and a replacement session gets them too), and
+//   every znode the store creates, the chroot included, gets an ACL giving that user every
+//   permission, as Solr's DigestZkACLProvider does, and read to everyone (the state holds no
+//   secret, and the smart client and the CLI read it without a credential that could change it).
+//   Without credentials znodes are open (world:anyone, all permissions), ZooKeeper's default.
 
+import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import zookeeper from 'node-zookeeper-client';
-import type { Client, Event as ZooKeeperEvent, Stat } from 'node-zookeeper-client';
+import type { ACL, Client, Event as ZooKeeperEvent, Stat } from 'node-zookeeper-client';
+import { ShardexError } from '../errors.js';
 import { assertValidData, assertValidPath, StoreError, fromChroot, underChroot } from './store.js';
 import type { CreateMode, NodeData, SessionState, StoreErrorCode, StoreLogger, WatchEvent, WatchEventType, Watcher, ZNodeStore } from './store.js';
 
@@ -33,6 +41,8 @@ export interface ZooKeeperStoreOptions {
   /** How long connect() waits for the first connection. Default: the session timeout, at least 10 s. */
   readonly connectTimeoutMs?: number;
   readonly logger?: StoreLogger;
+  /** Digest credentials 'user:password': the session authenticates with them, and created znodes are writable by that user only (see above). */
+  readonly digest?: string;
 }
 
 const MODES: Record<CreateMode, number> = {
@@ -68,8 +78,30 @@ const CLOSE_WAIT_MS = 3_000;
 /** Reconnection attempts after all servers failed wait a random time up to this (the library's default is 1 s). */
 const SPIN_DELAY_MS = 250;
 
-function createClient(hosts: string, sessionTimeoutMs: number): Client {
-  return zookeeper.createClient(hosts, { sessionTimeout: sessionTimeoutMs, spinDelay: SPIN_DELAY_MS, retries: 0 });
+function createClient(hosts: string, sessionTimeoutMs: number, digest: string | undefined): Client {
+  const client = zookeeper.createClient(hosts, { sessionTimeout: sessionTimeoutMs, spinDelay: SPIN_DELAY_MS, retries: 0 });
+  if (digest !== undefined) client.addAuthInfo('digest', Buffer.from(digest, 'utf8'));
+  return client;
+}
+
+/** Checks 'user:password' (neither empty); TypeError saying what is wrong, never showing the password. */
+export function checkDigest(digest: string): void {
+  const colon = digest.indexOf(':');
+  if (colon <= 0 || colon === digest.length - 1 || /[\r\n]/.test(digest)) {
+    throw new TypeError('ZooKeeper digest credentials must be one line user:password, neither part empty');
+  }
+}
+
+/** The id ZooKeeper's DigestAuthenticationProvider gives 'user:password': 'user:' + base64(sha1('user:password')). */
+export function digestId(digest: string): string {
+  return `${digest.slice(0, digest.indexOf(':'))}:${createHash('sha1').update(digest, 'utf8').digest('base64')}`;
+}
+
+/** The ACL of every znode created with these credentials: all for the user, read for everyone; none: open. */
+function aclsFor(digest: string | undefined): ACL[] {
+  const anyone = new zookeeper.Id('world', 'anyone');
+  if (digest === undefined) return [new zookeeper.ACL(zookeeper.Permission.ALL, anyone)];
+  return [new zookeeper.ACL(zookeeper.Permission.ALL, new zookeeper.Id('digest', digestId(digest))), new zookeeper.ACL(zookeeper.Permission.READ, anyone)];
 }
 
 /** The library's connection manager, for the two things its API does not offer: its state and its socket. */
@@ -104,6 +136,13 @@ function toStoreError(error: unknown, path: string): Error {
   const code = (error as { code?: unknown }).code;
   const mapped = typeof code === 'number' ? ERROR_CODES.get(code) : undefined;
   if (mapped !== undefined) return new StoreError(mapped, path);
+  if (code === zookeeper.Exception.NO_AUTH) {
+    return new ShardexError(
+      'SHX_FORBIDDEN',
+      `NO_AUTH at ${path}: ZooKeeper refused the change, this session's credentials do not allow it (the znode was created with an ACL for a ZooKeeper digest user): give every node and reader the same --zk-digest-file (or SHARDEX_ZK_DIGEST_FILE)`,
+      { cause: error },
+    );
+  }
   if (error instanceof Error) return error;
   return new Error(`ZooKeeper error at ${path}: ${String(error)}`);
 }
@@ -206,6 +245,8 @@ export class ZooKeeperStore implements ZNodeStore {
   private readonly watchdog: NodeJS.Timeout;
   private lastTick = Date.now();
   private lastProbe = 0;
+  /** The ACL every created znode gets. */
+  private readonly acls: ACL[];
   /** Since when no session has been usable (disconnected, or expired and not yet replaced). */
   private unconnectedSince = 0;
   private closing: Promise<void> | undefined;
@@ -216,6 +257,7 @@ export class ZooKeeperStore implements ZNodeStore {
     private readonly options: ZooKeeperStoreOptions,
     client: Client,
   ) {
+    this.acls = aclsFor(options.digest);
     this.session = this.adopt(client);
     this.watchdog = setInterval(() => this.checkConnection(), this.checkPeriodMs());
     this.watchdog.unref();
@@ -228,8 +270,9 @@ export class ZooKeeperStore implements ZNodeStore {
   static async connect(options: ZooKeeperStoreOptions): Promise<ZooKeeperStore> {
     const { hosts, chroot } = parseConnectString(options.connectString);
     if (!(options.sessionTimeoutMs > 0)) throw new TypeError(`sessionTimeoutMs must be positive, got ${options.sessionTimeoutMs}`);
+    if (options.digest !== undefined) checkDigest(options.digest);
     const timeoutMs = options.connectTimeoutMs ?? Math.max(options.sessionTimeoutMs, 10_000);
-    const client = createClient(hosts, options.sessionTimeoutMs);
+    const client = createClient(hosts, options.sessionTimeoutMs, options.digest);
     const connected = await new Promise<boolean>((resolve) => {
       const timer = setTimeout(() => resolve(false), timeoutMs);
       client.once('connected', () => {
@@ -251,7 +294,10 @@ export class ZooKeeperStore implements ZNodeStore {
         throw new Error(`Could not create the chroot ${chroot} on ZooKeeper at ${options.connectString}: ${(err as Error).message}`, { cause: err });
       }
     }
-    options.logger?.info({ sessionId: store.sessionId, connectString: options.connectString, sessionTimeoutMs: store.sessionTimeoutMs }, 'ZooKeeper session established');
+    options.logger?.info(
+      { sessionId: store.sessionId, connectString: options.connectString, sessionTimeoutMs: store.sessionTimeoutMs, ...(options.digest !== undefined && { digestUser: options.digest.slice(0, options.digest.indexOf(':')) }) },
+      'ZooKeeper session established',
+    );
     return store;
   }
 
@@ -267,7 +313,7 @@ export class ZooKeeperStore implements ZNodeStore {
   create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
     return this.op<string>(path, (client, done) => {
       assertValidData(data, path);
-      client.create(this.absolute(path), data, MODES[mode], done);
+      client.create(this.absolute(path), data, this.acls, MODES[mode], done);
     }).then((actual) => this.relative(actual));
   }
 
@@ -411,7 +457,7 @@ export class ZooKeeperStore implements ZNodeStore {
       current = `${current}/${name}`;
       const prefix = current;
       try {
-        await this.usable(path).run<string>(path, (client, done) => client.create(prefix, Buffer.alloc(0), zookeeper.CreateMode.PERSISTENT, done));
+        await this.usable(path).run<string>(path, (client, done) => client.create(prefix, Buffer.alloc(0), this.acls, zookeeper.CreateMode.PERSISTENT, done));
       } catch (err) {
         if (!isCode(err, 'NODE_EXISTS')) throw err instanceof StoreError ? new StoreError(err.code, this.relative(prefix)) : err;
       }
@@ -464,7 +510,7 @@ export class ZooKeeperStore implements ZNodeStore {
     setTimeout(() => internals(session.client).socket?.destroy(), 1_000).unref();
     this.report('expired');
     if (this.connection !== 'expired') return; // a listener closed the store
-    this.session = this.adopt(createClient(this.hosts, this.options.sessionTimeoutMs));
+    this.session = this.adopt(createClient(this.hosts, this.options.sessionTimeoutMs, this.options.digest));
     this.session.client.connect();
   }
 

@@ -13,6 +13,7 @@
 import type { Logger } from 'pino';
 import type { Coordinator, CollectionState } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
+import { currentRequestId } from '../request-id.js';
 import { ShardRouter, parseRange, type RouterName } from '../hashrange/index.js';
 import type { CollectionSchema } from '../index/index.js';
 import { docText, type UpdateOp } from '../ulog/index.js';
@@ -139,7 +140,7 @@ export class UpdateProcessor {
   }
 
   private async sendToLeader(collection: string, shard: string, ops: WireOp[], minRf: number): Promise<ShardUpdateResult> {
-    const update: ShardUpdate = { collection, shard, phase: 'TOLEADER', epoch: 0, ops, minRf, from: this.o.self };
+    const update: ShardUpdate = { collection, shard, phase: 'TOLEADER', epoch: 0, ops, minRf, from: this.o.self, requestId: currentRequestId() };
     const retries = this.o.forwardRetries ?? 25;
     let maybeApplied = false;
     for (let attempt = 0; ; attempt++) {
@@ -225,7 +226,7 @@ export class UpdateProcessor {
     const unreachable: string[] = [...gone];
     if (targets.length > 0) {
       const wire: WireOp[] = ops.map((op) => ({ id: op.id, v: op.version, doc: op.doc, text: op.text }));
-      const update: ShardUpdate = { collection: replica.collection, shard: replica.shard, phase: 'FROMLEADER', epoch: replica.epoch, ops: wire, minRf, from: this.o.self };
+      const update: ShardUpdate = { collection: replica.collection, shard: replica.shard, phase: 'FROMLEADER', epoch: replica.epoch, ops: wire, minRf, from: this.o.self, requestId: currentRequestId() };
       this.o.onForward?.('FROMLEADER', ops.length * targets.length);
       const settled = await Promise.allSettled(targets.map((t) => this.o.distributor.submit(t, update, { maxRetries: this.o.replicaRetries ?? 3 })));
       settled.forEach((s, i) => {

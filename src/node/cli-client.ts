@@ -12,6 +12,7 @@ import { InvalidArgumentError, Option, type Command } from 'commander';
 import sjson from 'secure-json-parse';
 import { ShardexClient, type ClusterSnapshot, type NodeReadSlots, type ReadOptions, type WriteBatch } from '../client/index.js';
 import { isShardexError } from '../errors.js';
+import { loadClientTls } from '../transport/index.js';
 
 const DEFAULT_URL = 'http://127.0.0.1:8983';
 /** Bad lines reported one by one; past this many only the count grows. */
@@ -22,7 +23,12 @@ interface ConnectOptions {
   zk?: string;
   timeout?: number;
   apiKey?: string;
+  ca?: string;
+  cert?: string;
+  key?: string;
 }
+
+const CLIENT_TLS_FLAGS = { ca: '--ca', cert: '--cert', key: '--key' } as const;
 
 const out = (text: string): boolean => process.stdout.write(text + '\n');
 const err = (text: string): boolean => process.stderr.write(text + '\n');
@@ -40,27 +46,31 @@ function consistencyArg(v: string): 'immediate' | 'eventual' {
   return v;
 }
 
-/** Adds --url / --zk / --timeout / --api-key to a subcommand. */
+/** Adds --url / --zk / --timeout / --api-key and the TLS files to a subcommand. */
 function connected(cmd: Command): Command {
   return cmd
     .option('--url <url>', 'a node of the cluster (comma-separated for several)', DEFAULT_URL)
     .option('--zk <connect>', 'ZooKeeper connect string host:port[,host:port]/chroot (instead of --url)')
     .option('--timeout <ms>', 'timeout of one HTTP request', intArg('--timeout', 1))
-    .addOption(new Option('--api-key <key>', 'API key for nodes that run with --api-keys (better: the environment variable, which ps does not show)').env('SHARDEX_API_KEY'));
+    .addOption(new Option('--api-key <key>', 'API key for nodes that run with --api-keys (better: the environment variable, which ps does not show)').env('SHARDEX_API_KEY'))
+    .addOption(new Option('--ca <file>', 'PEM CA to trust for https:// nodes and gRPC to readers (nodes with --tls-cert from a private CA)').env('SHARDEX_CA_FILE'))
+    .addOption(new Option('--cert <file>', 'PEM certificate to present to readers whose gRPC is mutual TLS (--tls-ca), for eventual reads (with --key)').env('SHARDEX_CERT_FILE'))
+    .addOption(new Option('--key <file>', 'PEM private key of --cert').env('SHARDEX_KEY_FILE'));
 }
 
-function makeClient(cmd: Command, o: ConnectOptions): ShardexClient {
+async function makeClient(cmd: Command, o: ConnectOptions): Promise<ShardexClient> {
   if (o.zk !== undefined && cmd.getOptionValueSource('url') === 'cli') {
     cmd.error('error: give either --url or --zk, not both', { exitCode: 2, code: 'shardex.usage' });
   }
   if (o.apiKey === '') cmd.error('error: --api-key (or SHARDEX_API_KEY) is empty; give the key, or leave it unset for nodes without --api-keys', { exitCode: 2, code: 'shardex.usage' });
-  const common = { refreshIntervalMs: 0, ...(o.timeout !== undefined && { requestTimeoutMs: o.timeout }), ...(o.apiKey !== undefined && { apiKey: o.apiKey }) };
+  const tls = await loadClientTls({ ...(o.ca !== undefined && { ca: o.ca }), ...(o.cert !== undefined && { cert: o.cert }), ...(o.key !== undefined && { key: o.key }) }, CLIENT_TLS_FLAGS);
+  const common = { refreshIntervalMs: 0, ...(o.timeout !== undefined && { requestTimeoutMs: o.timeout }), ...(o.apiKey !== undefined && { apiKey: o.apiKey }), ...(tls && { tls }) };
   return o.zk !== undefined ? new ShardexClient({ zk: o.zk, ...common }) : new ShardexClient({ urls: o.url, ...common });
 }
 
 /** Runs `fn` with a client and closes the client afterwards, whatever happens. */
 async function withClient(cmd: Command, o: ConnectOptions, fn: (client: ShardexClient) => Promise<void>): Promise<void> {
-  const client = makeClient(cmd, o);
+  const client = await makeClient(cmd, o);
   try {
     await fn(client);
   } finally {

@@ -159,6 +159,10 @@ function clusterProcess(name: string, description: string, what: string, default
     .option('--advertise-host <host>', `address other nodes and clients reach this ${what} at (default: --host)`)
     .option('--zk-timeout <ms>', 'ZooKeeper session timeout', intArg('--zk-timeout', 1000, 600_000), 15_000)
     .addOption(new Option('--cluster-secret-file <file>', 'file with the secret every gRPC call between nodes and readers carries (the same file everywhere)').env('SHARDEX_CLUSTER_SECRET_FILE'))
+    .addOption(new Option('--tls-cert <file>', 'PEM certificate (chain) of the HTTP and gRPC servers, valid for --advertise-host: they then serve TLS only (with --tls-key)').env('SHARDEX_TLS_CERT_FILE'))
+    .addOption(new Option('--tls-key <file>', 'PEM private key of --tls-cert').env('SHARDEX_TLS_KEY_FILE'))
+    .addOption(new Option('--tls-ca <file>', 'PEM CA: gRPC between nodes and readers is then mutual TLS, every peer verified against it').env('SHARDEX_TLS_CA_FILE'))
+    .addOption(new Option('--zk-digest-file <file>', 'file of one line user:password: ZooKeeper digest auth, and every znode created writable by that user only').env('SHARDEX_ZK_DIGEST_FILE'))
     .option('--insecure', 'serve without --api-keys / --cluster-secret-file on a --host other machines can reach (refused otherwise)');
 }
 

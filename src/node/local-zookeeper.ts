@@ -14,7 +14,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
-const ZOOKEEPER_JAR = '/usr/share/java/zookeeper.jar';
+export const ZOOKEEPER_JAR = '/usr/share/java/zookeeper.jar';
 const CLASSPATH = ['/etc/zookeeper/conf', ZOOKEEPER_JAR, '/usr/share/java/slf4j-simple.jar'].join(':');
 const INSTALL_HINT = 'apt-get update && apt-get install -y zookeeper';
 const READY_TIMEOUT_MS = 30_000;
@@ -53,24 +53,34 @@ export async function startLocalZooKeeper(report: Progress = () => undefined, op
  * apt holding the lock. Every line apt prints goes to `report`.
  */
 export async function ensureDebianPackage(pkg: string, present: () => boolean, report: Progress): Promise<void> {
-  if (present()) return;
-  const hint = `apt-get update && apt-get install -y ${pkg}`;
+  await ensureDebianPackages([{ pkg, present }], report);
+}
+
+/** As ensureDebianPackage, for several packages: those missing are installed in one apt-get call. */
+export async function ensureDebianPackages(wanted: ReadonlyArray<{ readonly pkg: string; readonly present: () => boolean }>, report: Progress): Promise<void> {
+  const missing = wanted.filter((w) => !w.present());
+  if (missing.length === 0) return;
+  const pkgs = missing.map((w) => w.pkg);
+  const names = pkgs.join(' ');
+  const hint = `apt-get update && apt-get install -y ${names}`;
   if (process.getuid?.() !== 0) {
-    throw new Error(`${pkg} is not installed and the tests do not run as root to install it. Run: sudo sh -c '${hint}'`);
+    throw new Error(`${names} ${pkgs.length > 1 ? 'are' : 'is'} not installed and the tests do not run as root to install ${pkgs.length > 1 ? 'them' : 'it'}. Run: sudo sh -c '${hint}'`);
   }
   const previous = progress;
   progress = report;
   try {
-    progress(`${pkg} is not installed; installing it from Debian (${hint}) ...`);
+    const started = Date.now();
+    progress(`${names} ${pkgs.length > 1 ? 'are' : 'is'} not installed; installing from Debian (${hint}) ...`);
     try {
-      await aptGet(['install', '-y', pkg], hint);
+      await aptGet(['install', '-y', ...pkgs], hint);
     } catch {
       // Typically a package list that is missing or stale: refresh it once.
       await aptGet(['update'], hint);
-      await aptGet(['install', '-y', pkg], hint);
+      await aptGet(['install', '-y', ...pkgs], hint);
     }
-    if (!present()) throw new Error(`apt-get installed ${pkg} but it is still missing. Run: ${hint}`);
-    progress(`${pkg} installed`);
+    const still = missing.filter((w) => !w.present()).map((w) => w.pkg);
+    if (still.length > 0) throw new Error(`apt-get installed ${still.join(' ')} but it is still missing. Run: ${hint}`);
+    progress(`${names} installed in ${Math.round((Date.now() - started) / 1000)} s`);
   } finally {
     progress = previous;
   }

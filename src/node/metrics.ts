@@ -2,7 +2,7 @@
 // (forwards by phase, the distributor's queue, in-flight requests, retries and final failures per
 // destination, replicas marked down), leadership, recovery, commit points, the persisted index
 // and the update log per replica, and the coordination session. Gauges are read when scraped.
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Coordinator } from '../coordination/index.js';
 import type { CommandDistributor } from '../distrib/distributor.js';
 import type { ShardReplica } from '../distrib/replica.js';
@@ -83,4 +83,31 @@ export function nodeMetrics(registry: Registry, source: NodeMetricsSource): Node
     segmentsWritten: new Counter({ name: 'shardex_index_segments_written_total', help: 'Index segment files written', labelNames: ['replica'], registers }),
     indexOpens: new Counter({ name: 'shardex_index_opens_total', help: 'Replica indexes opened, by method (loaded from the segment, or rebuilt)', labelNames: ['method'], registers }),
   };
+}
+
+/** The HTTP API's series, by route pattern (never the raw URL: ids and names would make a series each), method and status. */
+export interface HttpMetrics {
+  readonly requests: Counter<'method' | 'route' | 'status_code'>;
+  readonly duration: Histogram<'method' | 'route' | 'status_code'>;
+}
+
+const HTTP_LABELS = ['method', 'route', 'status_code'] as const;
+
+/** The HTTP series in `registry`, made on first use (a node may build more than one HTTP app: tests inject into a second). */
+export function httpMetrics(registry: Registry): HttpMetrics {
+  const requestsName = 'shardex_http_requests_total';
+  const durationName = 'shardex_http_request_duration_seconds';
+  const requests =
+    (registry.getSingleMetric(requestsName) as Counter<'method' | 'route' | 'status_code'> | undefined) ??
+    new Counter({ name: requestsName, help: 'HTTP requests answered, by method, route pattern and status code', labelNames: HTTP_LABELS, registers: [registry] });
+  const duration =
+    (registry.getSingleMetric(durationName) as Histogram<'method' | 'route' | 'status_code'> | undefined) ??
+    new Histogram({
+      name: durationName,
+      help: 'Time from receiving an HTTP request to answering it, in seconds, by method, route pattern and status code',
+      labelNames: HTTP_LABELS,
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [registry],
+    });
+  return { requests, duration };
 }

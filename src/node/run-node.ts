@@ -4,10 +4,11 @@ import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
-import { ZooKeeperStore } from '../coordination/zookeeper-store.js';
+import { ZooKeeperStore, checkDigest } from '../coordination/zookeeper-store.js';
 import { ShardexError } from '../errors.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
 import { createLogger } from '../logger.js';
+import { SERVER_TLS_FLAGS, checkCertificateHost, loadTls, type TlsMaterial } from '../transport/index.js';
 import { ShardexNode, checkReadBalanceOptions, type ReadBalanceOptions, type ShardexNodeOptions } from './shardex-node.js';
 import { loadApiKeys } from './http/auth.js';
 import { LIMITS, resolveLimits, type LimitName } from './http/limits.js';
@@ -27,6 +28,38 @@ export interface ProcessOptions {
   readonly clusterSecretFile?: string;
   /** Run without the secrets a process reachable from other machines needs (refused otherwise). */
   readonly insecure?: boolean;
+  /** PEM certificate chain and key of the HTTP and gRPC servers (`--tls-cert`, `--tls-key`): they then serve TLS only. */
+  readonly tlsCert?: string;
+  readonly tlsKey?: string;
+  /** PEM CA (`--tls-ca`): gRPC between nodes and readers is then mutual TLS, verified against it. */
+  readonly tlsCa?: string;
+  /** File of one line `user:password` (`--zk-digest-file`): ZooKeeper digest auth, and ACLs on every znode created. */
+  readonly zkDigestFile?: string;
+}
+
+/** The ZooKeeper digest credentials in `file` (one line `user:password`); SHX_BAD_CONFIG when unusable, never showing the password. */
+export async function readZkDigest(file: string): Promise<string> {
+  if (file === '') throw new ShardexError('SHX_BAD_CONFIG', '--zk-digest-file (or SHARDEX_ZK_DIGEST_FILE) is empty: give the path of a file holding user:password, or leave it unset');
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new ShardexError('SHX_BAD_CONFIG', `cannot read the ZooKeeper digest file ${file} (--zk-digest-file): ${(err as Error).message}`);
+  }
+  const digest = text.trim();
+  try {
+    checkDigest(digest);
+  } catch {
+    throw new ShardexError('SHX_BAD_CONFIG', `the ZooKeeper digest file ${file} (--zk-digest-file) must hold one line user:password, neither part empty (e.g. \`printf 'shardex:%s' "$(openssl rand -hex 24)" > ${file}\`); give every node and reader the same file`);
+  }
+  return digest;
+}
+
+/** The TLS of a process from its flags, checked against the address it advertises (SHX_BAD_CONFIG naming the flag). */
+export async function processTls(o: Pick<ProcessOptions, 'tlsCert' | 'tlsKey' | 'tlsCa'>, advertiseHost: string): Promise<TlsMaterial | undefined> {
+  const tls = await loadTls({ ...(o.tlsCert !== undefined && { cert: o.tlsCert }), ...(o.tlsKey !== undefined && { key: o.tlsKey }), ...(o.tlsCa !== undefined && { ca: o.tlsCa }) }, SERVER_TLS_FLAGS);
+  if (tls) checkCertificateHost(tls, advertiseHost, `--tls-cert ${o.tlsCert}`, '--advertise-host (default: --host)');
+  return tls;
 }
 
 /** Shortest cluster secret accepted. */
@@ -142,6 +175,7 @@ interface ProcessContext {
   readonly host: string;
   readonly advertiseHost: string;
   readonly clusterSecret?: string;
+  readonly tls?: TlsMaterial;
 }
 
 /**
@@ -155,9 +189,11 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
   }
   const clusterSecret = o.clusterSecretFile === undefined ? undefined : await readClusterSecret(o.clusterSecretFile);
   checkClusterSecret(o.host, clusterSecret, o.insecure);
+  const tls = await processTls(o, advertiseHost);
+  const digest = o.zkDigestFile === undefined ? undefined : await readZkDigest(o.zkDigestFile);
   const logger = createLogger();
   const name = o.name ?? `${advertiseHost}_${o.port}`;
-  const store = await ZooKeeperStore.connect({ connectString: o.zk, sessionTimeoutMs: o.zkTimeout, logger });
+  const store = await ZooKeeperStore.connect({ connectString: o.zk, sessionTimeoutMs: o.zkTimeout, logger, ...(digest !== undefined && { digest }) });
   // Stop acting as leader after a third of the session timeout without ZooKeeper: by then
   // the session may have expired and another replica may lead.
   const coordinator = new ClusterCoordinator({ store, logger: logger.child({ node: name }), leaderGraceMs: Math.floor(o.zkTimeout / 3) });
@@ -170,6 +206,7 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
     host: o.host,
     advertiseHost,
     ...(clusterSecret !== undefined && { clusterSecret }),
+    ...(tls !== undefined && { tls }),
   });
   const stop = async (signal: string): Promise<void> => {
     logger.info({ signal }, 'stopping');
@@ -179,7 +216,14 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
   };
   process.once('SIGINT', () => void stop('SIGINT'));
   process.once('SIGTERM', () => void stop('SIGTERM'));
-  await server.start();
+  try {
+    await server.start();
+  } catch (err) {
+    // What did start (ports, the ZooKeeper session) would keep the process running, failed.
+    await server.stop().catch((e: unknown) => logger.warn({ err: e }, 'could not stop after a failed start'));
+    logger.flush();
+    throw err;
+  }
   process.stdout.write(JSON.stringify({ ready: true, name, http: server.httpUrl, grpc: server.grpcAddress, ...ready(server) }) + '\n');
   return server;
 }

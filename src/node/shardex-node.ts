@@ -27,7 +27,7 @@ import { ReadPath, ReaderGroupRouters, type ReadOptions as PathReadOptions, type
 import { ReaderSelector } from '../read/selector.js';
 import { Mutex } from '../distrib/mutex.js';
 import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type StoreWrite, type StoredEntry } from '../ulog/index.js';
-import { PeerClients, PeerServer, portError } from '../transport/index.js';
+import { PeerClients, PeerServer, portError, type TlsMaterial } from '../transport/index.js';
 import { buildHttp, type HttpOptions } from './http/app.js';
 import { nodeMetrics, type NodeMetrics } from './metrics.js';
 
@@ -46,6 +46,8 @@ export interface ShardexNodeOptions {
   readonly bodyLimit?: number;
   /** The secret every gRPC call between nodes and readers carries (`--cluster-secret-file`); none: calls are not checked. */
   readonly clusterSecret?: string;
+  /** TLS of the HTTP and gRPC servers and of the gRPC clients (`--tls-cert`, `--tls-key`); with its `ca`, gRPC is mutual TLS (`--tls-ca`). */
+  readonly tls?: TlsMaterial;
   /** More HTTP settings (authentication, limits: see http/app.ts), given to the HTTP layer as they are. */
   readonly http?: Partial<Omit<HttpOptions, 'logger'>>;
   readonly maxInFlight?: number;
@@ -229,6 +231,7 @@ export class ShardexNode {
       logger: this.log,
       ...(opts.callTimeoutMs !== undefined && { callTimeoutMs: opts.callTimeoutMs }),
       ...(opts.clusterSecret !== undefined && { secret: opts.clusterSecret }),
+      ...(opts.tls && { tls: opts.tls }),
     });
     this.distributor = new CommandDistributor({
       transport: this.peers,
@@ -288,7 +291,7 @@ export class ShardexNode {
         copyShard: (req) => this.onPeerCopy(req),
       },
       this.log,
-      { ...(opts.clusterSecret !== undefined && { secret: opts.clusterSecret }) },
+      { ...(opts.clusterSecret !== undefined && { secret: opts.clusterSecret }), ...(opts.tls && { tls: opts.tls }) },
     );
   }
 
@@ -302,12 +305,13 @@ export class ShardexNode {
     const grpcPort = await this.grpcServer.listen(host, this.o.grpcPort);
     const advertised = this.o.advertiseHost ?? host;
     this.grpcAddress = `${advertised}:${grpcPort}`;
-    this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, ...this.o.http, logger: this.log });
+    const https = this.o.tls && { cert: this.o.tls.cert, key: this.o.tls.key };
+    this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, ...this.o.http, ...(https && { https }), logger: this.log });
     await this.http.listen({ host, port: this.o.httpPort }).catch((err: Error) => {
       throw portError('HTTP', host, this.o.httpPort, err);
     });
     const addr = this.http.server.address();
-    this.httpUrl = `http://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
+    this.httpUrl = `${this.o.tls ? 'https' : 'http'}://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
     // Until each replica has opened and caught up it is down for everyone (as Solr's cores
     // publish "down" at registration): the state may still say "active" from before a restart.
     await this.coordinator.start(this.info, () => this.publishReplicasDown());

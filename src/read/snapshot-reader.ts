@@ -27,7 +27,7 @@ import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { servePhase, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
 import { ShardexError } from '../errors.js';
-import { PeerClients, PeerServer, portError } from '../transport/index.js';
+import { PeerClients, PeerServer, portError, type TlsMaterial } from '../transport/index.js';
 import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 import { ReplicaStore } from '../ulog/index.js';
 import { ScanPool } from './scan-pool.js';
@@ -75,6 +75,8 @@ export interface SnapshotReaderOptions {
   readonly drainTimeoutMs?: number;
   /** The secret every gRPC call between nodes and readers carries (`--cluster-secret-file`). */
   readonly clusterSecret?: string;
+  /** TLS of the HTTP and gRPC servers and of the gRPC clients (`--tls-cert`, `--tls-key`); with its `ca`, gRPC is mutual TLS (`--tls-ca`). */
+  readonly tls?: TlsMaterial;
   /** The clock of snapshot ages, ms (tests inject one). */
   readonly now?: () => number;
 }
@@ -147,8 +149,8 @@ export class SnapshotReader {
         this.set(shards.size);
       },
     });
-    const secret = opts.clusterSecret === undefined ? {} : { secret: opts.clusterSecret };
-    this.peers = new PeerClients({ resolve: (n) => opts.coordinator.liveNodes().find((x) => x.name === n)?.grpc, logger: this.log, ...secret });
+    const trust = { ...(opts.clusterSecret !== undefined && { secret: opts.clusterSecret }), ...(opts.tls && { tls: opts.tls }) };
+    this.peers = new PeerClients({ resolve: (n) => opts.coordinator.liveNodes().find((x) => x.name === n)?.grpc, logger: this.log, ...trust });
     const refuse = async (): Promise<never> => {
       throw new ShardexError('SHX_BAD_REQUEST', 'a snapshot reader serves only eventual reads (get and search)');
     };
@@ -168,7 +170,7 @@ export class SnapshotReader {
         },
       },
       this.log,
-      secret,
+      trust,
     );
   }
 
@@ -182,7 +184,11 @@ export class SnapshotReader {
     await mkdir(this.o.dataDir, { recursive: true });
     const advertised = this.o.advertiseHost ?? host;
     this.grpcAddress = `${advertised}:${await this.server.listen(host, this.o.grpcPort)}`;
-    const app = Fastify({ loggerInstance: this.log as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
+    const app = Fastify({
+      ...(this.o.tls && { https: { cert: this.o.tls.cert, key: this.o.tls.key } }),
+      loggerInstance: this.log as FastifyBaseLogger,
+      logController: new LogController({ disableRequestLogging: true }),
+    });
     app.get('/health', async () => ({ status: this.pool.draining ? 'draining' : 'ok', reader: this.name, group: this.group }));
     app.get('/api/reader', async () => this.status());
     app.get('/metrics', async (_req, reply) => {
@@ -194,7 +200,7 @@ export class SnapshotReader {
     });
     this.http = app as unknown as FastifyInstance;
     const addr = app.server.address();
-    this.httpUrl = `http://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
+    this.httpUrl = `${this.o.tls ? 'https' : 'http'}://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
     await this.o.coordinator.start(this.info);
     this.log.info({ http: this.httpUrl, grpc: this.grpcAddress }, 'snapshot reader started');
   }

@@ -7,15 +7,21 @@
 // else, every call that changes or copies a replica without it (updates, commit, the log, copies,
 // versions: UNAUTHENTICATED, SHX_UNAUTHORIZED). Reads (get, search) are what the smart client
 // sends readers and leaders directly, and are not checked.
+// TLS (tls.ts): a server with a certificate serves TLS only; with a CA it also requires, and
+// verifies against the CA, a client certificate on every connection (mutual TLS), so that only
+// holders of a certificate from that CA reach any RPC, reads included. Clients verify the server
+// against their CA (absent: the system's) and present their certificate when they have one.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { Logger } from 'pino';
 import { ShardexError, errorFromWire } from '../errors.js';
+import { REQUEST_ID_HEADER, currentRequestId, withRequestId } from '../request-id.js';
 import type { z } from 'zod';
 import type { UpdateOutcome, UpdateTransport } from '../distrib/distributor.js';
 import { decodeOps, encodeOps, type ShardUpdate, type ShardUpdateResult } from './protocol.js';
+import type { ClientTlsMaterial, TlsMaterial } from './tls.js';
 import {
   CommitRequest,
   CopyShardRequest,
@@ -36,6 +42,7 @@ interface WireShardUpdate {
   ops: Buffer;
   minRf: number;
   from: string;
+  requestId: string;
 }
 interface WireResult {
   ok: boolean;
@@ -168,19 +175,42 @@ export function decodeUpdate(w: WireShardUpdate): ShardUpdate {
     ops: decodeOps(w.ops),
     minRf: w.minRf,
     from: w.from,
+    ...(w.requestId && { requestId: w.requestId }),
   };
+}
+
+/** Runs a call's work as part of the request its caller serves (src/request-id.ts), and says at debug level that it arrived. */
+function asPartOf<T>(requestId: unknown, log: Logger, rpc: string, work: () => T): T {
+  return withRequestId(typeof requestId === 'string' ? requestId : undefined, () => {
+    if (currentRequestId() !== undefined) log.debug({ rpc }, 'peer call');
+    return work();
+  });
 }
 
 export interface PeerServerOptions {
   /** The cluster secret every call must carry; none: calls are not checked. */
   readonly secret?: string;
+  /** Serve TLS with this certificate; with its `ca`, require client certificates issued by it (mutual TLS). */
+  readonly tls?: TlsMaterial;
+}
+
+function serverCredentials(tls: TlsMaterial | undefined): grpc.ServerCredentials {
+  if (!tls) return grpc.ServerCredentials.createInsecure();
+  return grpc.ServerCredentials.createSsl(tls.ca ?? null, [{ cert_chain: tls.cert, private_key: tls.key }], tls.ca !== undefined);
+}
+
+function channelCredentials(tls: ClientTlsMaterial | undefined): grpc.ChannelCredentials {
+  if (!tls) return grpc.credentials.createInsecure();
+  return grpc.credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
 }
 
 export class PeerServer {
   private readonly server = new grpc.Server(CHANNEL_OPTIONS);
+  private readonly credentials: grpc.ServerCredentials;
   private port = 0;
 
   constructor(handlers: PeerHandlers, log: Logger, opts: PeerServerOptions = {}) {
+    this.credentials = serverCredentials(opts.tls);
     const refused = secretChecker(opts.secret);
     const unary =
       <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>, trusted = true) =>
@@ -193,7 +223,7 @@ export class PeerServer {
         } catch (err) {
           return cb(toServiceError(err));
         }
-        fn(req).then(
+        asPartOf(call.metadata.get(REQUEST_ID_HEADER)[0], log, method, () => fn(req)).then(
           (res) => cb(null, { body: toJson(res) }),
           (err: unknown) => cb(toServiceError(err)),
         );
@@ -211,7 +241,8 @@ export class PeerServer {
           void Promise.all(
             frame.updates.map(async (w): Promise<WireResult> => {
               try {
-                const result = await handlers.update(decodeUpdate(w));
+                const u = decodeUpdate(w);
+                const result = await asPartOf(u.requestId, log, `update ${u.phase}`, () => handlers.update(u));
                 return { ok: true, code: '', message: '', body: toJson(result) };
               } catch (err) {
                 const e = err instanceof ShardexError ? err : new ShardexError('SHX_INTERNAL', (err as Error).message);
@@ -253,7 +284,7 @@ export class PeerServer {
   /** Binds host:port (port 0 = any free port) and returns the bound port. */
   async listen(host: string, port: number): Promise<number> {
     this.port = await new Promise<number>((resolve, reject) =>
-      this.server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(portError('gRPC', host, port, err)) : resolve(p))),
+      this.server.bindAsync(`${host}:${port}`, this.credentials, (err, p) => (err ? reject(portError('gRPC', host, port, err)) : resolve(p))),
     );
     return this.port;
   }
@@ -299,22 +330,27 @@ export interface PeerClientsOptions {
   readonly callTimeoutMs?: number;
   /** The cluster secret, sent with every call. */
   readonly secret?: string;
+  /** Connect with TLS: verify servers against `ca` (absent: the system's CAs), present `cert` when given. */
+  readonly tls?: ClientTlsMaterial;
 }
 
 export class PeerClients implements UpdateTransport {
   private readonly peers = new Map<string, Peer>();
   private readonly o: PeerClientsOptions;
+  private readonly credentials: grpc.ChannelCredentials;
   private nextId = 1;
   private closed = false;
 
   constructor(opts: PeerClientsOptions) {
     this.o = opts;
+    this.credentials = channelCredentials(opts.tls);
   }
 
-  /** The metadata every call carries (a fresh object: grpc-js may add to it). */
-  private metadata(): grpc.Metadata {
+  /** The metadata every call carries (a fresh object: grpc-js may add to it), and the id of the request it serves. */
+  private metadata(requestId?: string): grpc.Metadata {
     const m = new grpc.Metadata();
     if (this.o.secret !== undefined) m.set(SECRET_KEY, this.o.secret);
+    if (requestId !== undefined) m.set(REQUEST_ID_HEADER, requestId);
     return m;
   }
 
@@ -329,7 +365,7 @@ export class PeerClients implements UpdateTransport {
     }
     if (!p) {
       const { Client } = service();
-      p = { address, client: new Client(address, grpc.credentials.createInsecure(), CHANNEL_OPTIONS) as Peer['client'], pending: new Map() };
+      p = { address, client: new Client(address, this.credentials, CHANNEL_OPTIONS) as Peer['client'], pending: new Map() };
       this.peers.set(dest, p);
     }
     return p;
@@ -393,6 +429,7 @@ export class PeerClients implements UpdateTransport {
         ops: encodeOps(u.ops),
         minRf: u.minRf,
         from: u.from,
+        requestId: u.requestId ?? '',
       })),
     };
     return new Promise<WireResult[]>((resolve, reject) => {
@@ -420,7 +457,7 @@ export class PeerClients implements UpdateTransport {
     }
     const deadline = new Date(Date.now() + (timeoutMs ?? this.o.callTimeoutMs ?? 30_000));
     return new Promise<T>((resolve, reject) => {
-      p.client[method]!({ body: toJson(body) }, this.metadata(), { deadline }, (err: grpc.ServiceError | null, res: JsonMessage) => {
+      p.client[method]!({ body: toJson(body) }, this.metadata(currentRequestId()), { deadline }, (err: grpc.ServiceError | null, res: JsonMessage) => {
         if (err) reject(fromServiceError(err, dest));
         else resolve(fromJson<T>(res.body));
       });

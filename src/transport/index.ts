@@ -2,3 +2,4 @@
 export { PeerClients, PeerServer, decodeUpdate, fromServiceError, portError, type PeerClientsOptions, type PeerHandlers, type PeerServerOptions } from './grpc.js';
 export { decodeOps, encodeOps, type Phase, type ShardUpdate, type ShardUpdateResult, type WireOp } from './protocol.js';
 export type { CommitRequest, CopyShardRequest, GetRequest, SearchRequest, UpdatesAfterRequest, VersionsRequest } from './schemas.js';
+export { SERVER_TLS_FLAGS, checkCertificateHost, loadClientTls, loadTls, type ClientTlsMaterial, type TlsFiles, type TlsFlagNames, type TlsMaterial } from './tls.js';

@@ -27,6 +27,8 @@ export interface ShardUpdate {
   readonly minRf: number;
   /** Name of the sending node. */
   readonly from: string;
+  /** The client request this update serves (src/request-id.ts), for the receiver's logs. */
+  readonly requestId?: string | undefined;
 }
 
 export interface ShardUpdateResult {

@@ -52,3 +52,62 @@ describe('node metrics', () => {
     }
   });
 });
+
+/** Labels of a sample's label text, e.g. '{a="1",b="2"}' -> {a: '1', b: '2'}. */
+function labelsOf(text: string): Record<string, string> {
+  return Object.fromEntries([...text.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!]));
+}
+
+/** The value of the one sample of `name` whose labels include `want` (0 when there is none). */
+function valueOf(all: Map<string, number>, want: Record<string, string>): number {
+  const hits = [...all].filter(([k]) => {
+    const labels = labelsOf(k);
+    return Object.entries(want).every(([n, v]) => labels[n] === v);
+  });
+  expect(hits.length).toBeLessThanOrEqual(1);
+  return hits[0]?.[1] ?? 0;
+}
+
+describe('HTTP metrics', () => {
+  it('count requests and their latency by method, route pattern (never the raw URL) and status', async () => {
+    const url = tc.urls[0]!;
+    const byPattern = { method: 'GET', route: '/api/collections/:c', status_code: '200' };
+    const missing = { method: 'GET', route: '/api/collections/:c', status_code: '404' };
+    const doc = { method: 'GET', route: '/api/collections/:c/docs/:id', status_code: '200' };
+    const unmatched = { method: 'GET', route: '(unmatched)', status_code: '404' };
+    const read = async (): Promise<{ counts: Map<string, number>; observed: Map<string, number>; infBuckets: Map<string, number> }> => ({
+      counts: await samples(url, 'shardex_http_requests_total'),
+      observed: await samples(url, 'shardex_http_request_duration_seconds_count'),
+      infBuckets: new Map([...(await samples(url, 'shardex_http_request_duration_seconds_bucket'))].filter(([k]) => k.includes('le="+Inf"'))),
+    });
+    const before = await read();
+
+    for (let i = 0; i < 3; i++) expect((await http('GET', `${url}/api/collections/${C}`)).status).toBe(200);
+    for (let i = 0; i < 2; i++) expect((await http('GET', `${url}/api/collections/no-such-${i}`)).status).toBe(404);
+    expect((await http('GET', `${url}/api/collections/${C}/docs/m1`)).status).toBe(200);
+    expect((await http('GET', `${url}/no/such/${'route'}`)).status).toBe(404);
+
+    const want: Array<[Record<string, string>, number]> = [
+      [byPattern, 3],
+      [missing, 2],
+      [doc, 1],
+      [unmatched, 1],
+    ];
+    // A request is counted once its answer is sent, which the client may see first: wait for the counts.
+    const deadline = Date.now() + 10_000;
+    let after = await read();
+    while (Date.now() < deadline && !want.every(([labels, n]) => valueOf(after.counts, labels) - valueOf(before.counts, labels) >= n)) {
+      await new Promise((r) => setTimeout(r, 50));
+      after = await read();
+    }
+    for (const [labels, n] of want) {
+      expect(valueOf(after.counts, labels) - valueOf(before.counts, labels), JSON.stringify(labels)).toBe(n);
+      expect(valueOf(after.observed, labels) - valueOf(before.observed, labels), JSON.stringify(labels)).toBe(n);
+      expect(valueOf(after.infBuckets, labels)).toBe(valueOf(after.observed, labels));
+    }
+    // Names and ids from URLs never become label values.
+    const routes = new Set([...after.counts.keys()].map((k) => labelsOf(k).route));
+    expect([...routes].filter((r) => r === undefined || r.includes(C) || r.includes('no-such') || r.includes('m1'))).toEqual([]);
+    expect(routes).toContain('/metrics');
+  });
+});

@@ -11,6 +11,8 @@ import { ApiKeyRing, authenticateRequests, type Access, type ApiKey } from './au
 import { collectionRoutes } from './collections.js';
 import { DOCS_ROUTE, docRoutes } from './docs.js';
 import { checkJsonDepth, limitExceeded, limitRequestsPerConnection, resolveLimits, type HttpLimits } from './limits.js';
+import { observability } from './observability.js';
+import { clusterPageRoutes } from './page.js';
 import { readBalanceRoutes } from './read-balance.js';
 import { searchRoutes } from './search.js';
 
@@ -22,6 +24,8 @@ export interface HttpOptions {
   readonly apiKeys?: readonly ApiKey[];
   /** Limits other than the body size (limits.ts: flags and defaults). */
   readonly limits?: Partial<HttpLimits>;
+  /** PEM certificate and key (`--tls-cert`, `--tls-key`): serve https only. */
+  readonly https?: { readonly cert: Buffer; readonly key: Buffer };
 }
 
 declare module 'fastify' {
@@ -123,6 +127,7 @@ export function toShardexHttpError(err: unknown, bodyLimit: number): ShardexErro
 export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<FastifyInstance> {
   const { maxBodyBytes: bodyLimit, ...limits } = resolveLimits({ ...opts.limits, maxBodyBytes: opts.bodyLimit });
   const app = Fastify({
+    ...(opts.https && { https: { cert: opts.https.cert, key: opts.https.key } }),
     // Nothing here logs headers; should anything ever log a request's, its key stays out.
     loggerInstance: opts.logger.child({ component: 'http' }, { redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' } }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
@@ -174,6 +179,8 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   app.setNotFoundHandler((req, reply) => {
     void reply.status(404).send({ error: `no route ${req.method} ${req.url}; see the README for the API`, code: 'SHX_NOT_FOUND' });
   });
+  // First: every answer, refusals included, carries the request id and is counted.
+  await app.register(observability);
   // In this order: a connection over its limit costs nothing more; a caller without a key
   // learns nothing, not even that the node is starting.
   app.addHook('onRequest', limitRequestsPerConnection(limits.maxRequestsPerConnection));
@@ -202,5 +209,6 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   await app.register(docRoutes);
   await app.register(searchRoutes);
   await app.register(readBalanceRoutes);
+  await app.register(clusterPageRoutes);
   return app as unknown as FastifyInstance;
 }
