@@ -138,6 +138,11 @@ describe('reconcile (convergent recovery)', () => {
     expect((await store.updatesAfter(0, 100)).map((e) => e.version)).toEqual([10, 12]);
     expect(store.docCount).toBe(2);
     expect(store.maxVersion).toBe(12);
+    // The log's size (kept, not counted at open) follows what reconcile removed and restored.
+    expect(store.logSize).toBe(2);
+    await store.close();
+    stores.splice(stores.indexOf(store), 1);
+    expect((await open([])).logSize).toBe(2);
   });
 
   it('leaves an id alone whose version is newer than the ceiling (it came from the leader since)', async () => {

@@ -263,18 +263,63 @@ describe('a replica index on disk', () => {
     expect(results(index.index)).toEqual(before);
   });
 
-  it('rewrites a segment most of whose documents were deleted', async () => {
-    const { replica, index } = await openReplica();
+  it('rewrites a segment many of whose documents were deleted', async () => {
+    const store = await ReplicaStore.open(tmp.dir);
+    stores.push(store);
+    const replica = new ShardReplica('c', 'shard1', store, log);
+    const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { floorSegmentDocs: 10 } });
+    replica.index = index;
     await replica.apply(Array.from({ length: 100 }, (_, i) => put(i)));
     await index.checkpoint();
     const [first] = await segmentFiles();
-    await replica.apply(Array.from({ length: 60 }, (_, i) => del(i)));
+    await replica.apply(Array.from({ length: 30 }, (_, i) => del(i)));
     await index.checkpoint();
     expect(await index.merge()).toBe(true);
     expect(index.index.segments).toHaveLength(1);
     expect(index.index.segments[0]!.deleted.size).toBe(0);
     expect(await segmentFiles()).not.toContain(first);
     expect(results(index.index)).toEqual(await expected());
+  });
+
+  it('writes every segment a rebuild sealed, also when the documents fill the last one exactly', async () => {
+    const open = async (): Promise<Awaited<ReturnType<typeof PersistedIndex.open>>> => {
+      const store = await ReplicaStore.open(tmp.dir);
+      stores.push(store);
+      const replica = new ShardReplica('c', 'shard1', store, log);
+      const opened = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxSegmentDocs: 2 } });
+      replica.index = opened.index;
+      return opened;
+    };
+    const { index } = await open();
+    await stores[0]!.apply(Array.from({ length: 4 }, (_, i) => put(i)));
+    expect(index.index.size).toBe(4);
+    // No checkpoint was written: the next open rebuilds.
+    await crash();
+    let { report } = await open();
+    expect(report).toMatchObject({ method: 'rebuilt', segments: 2 });
+    expect(report.segmentBytes).toBeGreaterThan(0);
+    expect(await segmentFiles()).toHaveLength(2);
+    await crash();
+    ({ report } = await open());
+    expect(report).toMatchObject({ method: 'loaded', segments: 2, replayed: 0 });
+  });
+
+  it('waits for a running merge at close, writes a last checkpoint, and nothing after', async () => {
+    const { replica, index } = await openReplica();
+    for (let b = 0; b < 12; b++) {
+      await replica.apply([put(b)]);
+      await index.checkpoint();
+    }
+    await replica.apply([put(100)]);
+    const merging = index.merge();
+    expect(await index.close()).toBeGreaterThan(0);
+    expect(await merging).toBe(false);
+    await replica.apply([put(101)]);
+    expect(await index.checkpoint()).toBe(0);
+    await crash();
+    const { report } = await openReplica();
+    // d101 came after the close: it is replayed from the journal.
+    expect(report).toMatchObject({ method: 'loaded', replayed: 1 });
   });
 
   it('drops a merge that a reset overtook', async () => {

@@ -2,7 +2,7 @@
 // scores, totals, sort values and statistics, whatever the writes, seals and merges in between.
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../src/corpus.js';
-import { parseSchema, pickMerge, SegmentedIndex, ShardIndex, type IndexStats, type SearchRequest, type Segment, type StoredDoc } from '../src/index/index.js';
+import { mergeIndexes, parseSchema, pickMerge, SegmentedIndex, ShardIndex, type IndexStats, type SearchRequest, type Segment, type StoredDoc } from '../src/index/index.js';
 
 const schema = parseSchema({ title: 'text', tag: 'keyword', price: 'number' });
 const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta', 'iota', 'kappa'];
@@ -130,6 +130,48 @@ describe('SegmentedIndex', () => {
     expect(seg.segments.map((s) => s.name)).toEqual(['merged', 's299']);
     expect([...seg.segments[0]!.deleted].sort()).toEqual(['d150', 'd5']);
     check(seg, one);
+  });
+});
+
+describe('mergeIndexes (segments combined without analysing documents again)', () => {
+  it('answers as the segments did together, and keeps doing so under later replacements and deletes', () => {
+    for (const seed of [4, 5]) {
+      const rand = mulberry32(seed);
+      const seg = new SegmentedIndex(schema);
+      const one = new ShardIndex(schema);
+      const write = (n: number): void => {
+        for (let k = 0; k < n; k++) {
+          const i = Math.floor(rand() * 400);
+          if (rand() < 0.25) {
+            seg.delete(`d${i}`);
+            one.delete(`d${i}`);
+          } else {
+            const d = doc(rand, i);
+            seg.add(`d${i}`, d);
+            one.add(`d${i}`, d);
+          }
+        }
+      };
+      for (let round = 0; round < 5; round++) {
+        write(150);
+        seg.seal(`s${round}`);
+      }
+      const sources = seg.segments.slice(0, 4);
+      const merged = mergeIndexes(schema, sources.map((s) => s.index));
+      expect(merged.size).toBe(sources.reduce((n, s) => n + s.index.size, 0));
+      seg.replace(sources, { name: 'merged', index: merged, deleted: new Set() });
+      expect(seg.segments.map((s) => s.name)).toEqual(['merged', 's4']);
+      check(seg, one);
+      // Deletes and replacements of merged documents use its forward index and statistics.
+      write(300);
+      check(seg, one);
+      // A merge of a merge, with the buffer sealed too.
+      seg.seal('last');
+      seg.replace(seg.segments, { name: 'all', index: mergeIndexes(schema, seg.segments.map((s) => s.index)), deleted: new Set() });
+      expect(seg.segments).toHaveLength(1);
+      check(seg, one);
+      expect(seg.segments[0]!.index.exportState().deadDocs).toBe(0);
+    }
   });
 });
 

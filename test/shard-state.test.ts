@@ -265,29 +265,3 @@ describe('properties over random event sequences of a shard', () => {
     );
   });
 });
-
-describe('handing leadership over', () => {
-  it('refuses new writes as not the leader while a leader hands off, and clears when leadership is lost', () => {
-    let s = step(step(INITIAL, { type: 'elected', epoch: 3 }).state, { type: 'ready', epoch: 3 }).state;
-    s = step(s, { type: 'handOff' }).state;
-    expect(s.handingOff).toBe(true);
-    const refused = step(s, { type: 'update', count: 1 });
-    expect(refused.effects).toEqual([{ type: 'refuse', code: 'SHX_NOT_LEADER', why: 'is handing its leadership to the preferred leader' }]);
-    expect(refused.state).toBe(s);
-    const lost = step(s, { type: 'lost' }).state;
-    expect(lost).toMatchObject({ role: 'follower', handingOff: false });
-  });
-
-  it('takes writes again when the handover failed', () => {
-    let s = step(step(INITIAL, { type: 'elected', epoch: 3 }).state, { type: 'ready', epoch: 3 }).state;
-    s = step(step(s, { type: 'handOff' }).state, { type: 'handOffFailed' }).state;
-    expect(s).toMatchObject({ role: 'leader', handingOff: false });
-    expect(step(s, { type: 'update', count: 1 }).effects).toEqual([{ type: 'accept', versions: [3 * EPOCH_UNIT + 1] }]);
-  });
-
-  it('is nothing for a follower or a candidate', () => {
-    expect(step(INITIAL, { type: 'handOff' }).state).toBe(INITIAL);
-    const candidate = step(INITIAL, { type: 'elected', epoch: 2 }).state;
-    expect(step(candidate, { type: 'handOff' }).state).toBe(candidate);
-  });
-});

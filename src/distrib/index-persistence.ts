@@ -10,15 +10,16 @@
 //   only the documents journaled after the commit. Without a usable commit (none yet, damaged,
 //   truncated, a segment missing or damaged, another schema) it rebuilds from the stored
 //   documents, says why, and writes a fresh commit; it never serves from a bad file.
-// - Merges (pickMerge's policy) run in the background: the live documents of a few segments are
-//   re-read from the store into one new segment, which the next checkpoint writes and commits;
-//   files no commit names any more are removed after each commit.
+// - Merges (pickMerge's policy) run in the background: a few segments are combined into one
+//   (src/index/merge-segments.ts: their postings, no document analysed again), written, swapped
+//   in and committed; files no commit names any more are removed after each commit.
 import { readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import {
   DEFAULT_MERGE_POLICY,
   loadSegment,
+  mergeStates,
   pickMerge,
   readCommit,
   SegmentedIndex,
@@ -28,6 +29,7 @@ import {
   type CollectionSchema,
   type MergePolicy,
   type Segment,
+  type ShardIndexState,
   type StoredDoc,
 } from '../index/index.js';
 import type { ReplicaStore } from '../ulog/index.js';
@@ -102,6 +104,10 @@ export class PersistedIndex extends SearchIndexBinding {
   /** A merge swapped segments since the last commit. */
   private dirty = false;
   private merging: Promise<boolean> | undefined;
+  /** Segment files a merge is writing (not in any commit yet, and not to be removed as such). */
+  private readonly inProgress = new Set<string>();
+  /** Closed: nothing is written any more. */
+  private closed = false;
   /** Bumped by clear(): a merge started before it is dropped. */
   private generation = 0;
   private unindexable = 0;
@@ -159,9 +165,9 @@ export class PersistedIndex extends SearchIndexBinding {
 
   /** Writes a checkpoint when the policy says so, then starts a merge if one is due; returns whether it wrote. */
   async maybeCheckpoint(now = Date.now()): Promise<boolean> {
-    const changes = this.index.unsealedChanges;
-    if (changes === 0 && !this.dirty) return false;
-    if (changes < this.policy.maxChanges && now - this.lastCheckpointAt < this.policy.maxAgeMs && !this.dirty) return false;
+    if (!this.hasWork()) return false;
+    const due = this.index.unsealedChanges >= this.policy.maxChanges || now - this.lastCheckpointAt >= this.policy.maxAgeMs || this.dirty || this.hasUnwritten();
+    if (!due) return false;
     await this.checkpoint();
     void this.merge();
     return true;
@@ -169,44 +175,48 @@ export class PersistedIndex extends SearchIndexBinding {
 
   /**
    * Seals the buffer as a segment and writes a commit, captured at a durable point of the store
-   * (every change journaled up to the point's sequence is in it, nothing later), then drops the
-   * journal up to there and the files no commit names. Returns the bytes written (0: nothing to write).
+   * (every change journaled up to the point's sequence is in it, nothing later: the segments
+   * still to write are exported and the delete lists measured there), then drops the journal up
+   * to there and the files no commit names. Returns the bytes written (0: nothing to write).
    */
   checkpoint(): Promise<number> {
     return this.lock.run(async () => {
-      if (this.index.unsealedChanges === 0 && !this.dirty) return 0;
+      if (this.closed || !this.hasWork()) return 0;
       const t0 = performance.now();
       const { seq, segments } = await this.o.store.atDurablePoint((seq) => {
         this.index.seal(this.newName());
         this.index.dropEmpty();
         this.dirty = false;
-        return { seq, segments: this.index.segments.map((s) => ({ segment: s, deleted: [...s.deleted] })) };
+        return {
+          seq,
+          segments: this.index.segments.map((segment) => ({
+            segment,
+            // Deletes are only ever added, in order: the first `deleted` of the set are those up to seq.
+            deleted: segment.deleted.size,
+            state: this.written.has(segment) ? undefined : segment.index.exportState(),
+          })),
+        };
       });
       const captureMs = Math.round(performance.now() - t0);
       let bytes = 0;
-      for (const { segment } of segments) {
-        if (this.written.has(segment)) continue;
-        // A segment changes only by deletes, which are idempotent: the commit's list covers any
-        // the file misses, and the journal any made after the durable point.
-        const path = join(this.o.dir, segment.name);
-        const size = await writeSegment(path, segment.index.exportState(), { seq, fingerprint: this.o.fingerprint });
-        this.written.add(segment);
-        // From now on the segment is served from its file's buffer: exact-size arrays, outside
-        // the JS heap, in place of the growable ones it was built in. Deletes made meanwhile
-        // are in its list, and apply again.
-        const loaded = await loadSegment(path, this.o.schema, this.o.fingerprint);
-        if (!loaded.ok) throw new Error(`the segment just written cannot be read back: ${loaded.problem}`);
-        for (const id of segment.deleted) loaded.index.delete(id);
-        segment.index = loaded.index;
-        this.o.onSegmentWritten?.(size);
-        bytes += size;
+      try {
+        for (const { segment, state } of segments) {
+          if (state === undefined) continue;
+          const size = await this.writeAndReload(segment, state, seq);
+          this.o.onSegmentWritten?.(size);
+          bytes += size;
+        }
+        bytes += await writeCommit(join(this.o.dir, COMMIT_FILE), {
+          seq,
+          fingerprint: this.o.fingerprint,
+          nextFile: this.nextFile,
+          segments: segments.map(({ segment, deleted }) => ({ name: segment.name, deleted: first(segment.deleted, deleted) })),
+        });
+      } catch (err) {
+        // The next check writes what is missing (hasWork), the last commit still holds.
+        this.dirty = true;
+        throw err;
       }
-      bytes += await writeCommit(join(this.o.dir, COMMIT_FILE), {
-        seq,
-        fingerprint: this.o.fingerprint,
-        nextFile: this.nextFile,
-        segments: segments.map(({ segment, deleted }) => ({ name: segment.name, deleted })),
-      });
       this.lastCheckpointAt = Date.now();
       await this.removeFilesBut(new Set(segments.map(({ segment }) => segment.name)));
       await this.o.store.dropChangesThrough(seq);
@@ -216,12 +226,12 @@ export class PersistedIndex extends SearchIndexBinding {
   }
 
   /**
-   * Runs the merge the policy picks, if any (one at a time): the live documents of the picked
-   * segments are re-read from the store into one segment, swapped in, and committed. Resolves
-   * whether it merged.
+   * Runs the merge the policy picks, if any (one at a time): the picked segments are combined
+   * into one (their postings, not their documents: nothing is analysed again), written, swapped
+   * in, and committed. Resolves whether it merged.
    */
   merge(): Promise<boolean> {
-    this.merging ??= this.runMerge()
+    this.merging ??= this.runMerge(this.generation)
       .catch((err: Error) => {
         // The segments stay as they were; the next checkpoint's merge check tries again.
         this.o.log.warn({ dir: this.o.dir, err: err.message }, 'could not merge index segments');
@@ -232,37 +242,80 @@ export class PersistedIndex extends SearchIndexBinding {
   }
 
   override clear(): Promise<void> {
+    // At once: a merge running now must not swap or commit anything of the old data.
+    this.generation++;
     return this.lock.run(async () => {
-      this.generation++;
       await this.removeFilesBut(new Set(), false);
       this.index = new SegmentedIndex(this.o.schema);
+      this.dirty = false;
     });
   }
 
-  private async runMerge(): Promise<boolean> {
+  /** Stops merging and writes a last checkpoint (a clean stop replays nothing); nothing is written after. Returns its bytes. */
+  async close(): Promise<number> {
+    this.generation++;
+    await this.merging;
+    const bytes = await this.checkpoint();
+    this.closed = true;
+    return bytes;
+  }
+
+  private hasUnwritten(): boolean {
+    return this.index.segments.some((s) => !this.written.has(s));
+  }
+
+  private hasWork(): boolean {
+    return this.index.unsealedChanges > 0 || this.dirty || this.hasUnwritten();
+  }
+
+  /** Writes `segment`'s exported state as its file, then serves it from the file (deletes made meanwhile apply again). */
+  private async writeAndReload(segment: Segment, state: ShardIndexState, seq: number): Promise<number> {
+    const path = join(this.o.dir, segment.name);
+    const size = await writeSegment(path, state, { seq, fingerprint: this.o.fingerprint });
+    segment.index = await this.reload(path, segment.deleted);
+    this.written.add(segment);
+    return size;
+  }
+
+  /**
+   * The segment file just written, loaded: exact-size arrays in the file's buffer, outside the JS
+   * heap, in place of the growable ones it was built in; `deleted` apply again.
+   */
+  private async reload(path: string, deleted: Iterable<string>): Promise<ShardIndex> {
+    const loaded = await loadSegment(path, this.o.schema, this.o.fingerprint);
+    if (!loaded.ok) throw new Error(`the segment just written cannot be read back: ${loaded.problem}`);
+    for (const id of deleted) loaded.index.delete(id);
+    return loaded.index;
+  }
+
+  /** A merge for the index of `generation` (a clear or close since makes it drop its work). */
+  private async runMerge(generation: number): Promise<boolean> {
     // Starts after the current turn, so that a caller sees the segments as they were when it asked.
     await Promise.resolve();
     const sources = pickMerge(this.index.segments, this.policy);
-    if (sources === undefined) return false;
-    const generation = this.generation;
+    if (sources === undefined || this.closed || this.generation !== generation) return false;
     const t0 = performance.now();
-    const merged = new ShardIndex(this.o.schema);
-    const ids = sources.flatMap((s) => s.index.liveIds());
-    for (let i = 0; i < ids.length; i += PAGE) {
-      const page = ids.slice(i, i + PAGE);
-      const entries = await this.o.store.getMany(page);
-      if (this.generation !== generation) return false;
-      page.forEach((id, j) => {
-        const doc = entries[j]?.doc;
-        if (doc !== null && doc !== undefined) this.indexInto(merged, id, doc as StoredDoc);
-      });
+    const state = mergeStates(sources.map((s) => s.index.exportState()));
+    const name = this.newName();
+    const path = join(this.o.dir, name);
+    this.inProgress.add(name);
+    try {
+      const size = await writeSegment(path, state, { seq: this.o.store.changeSeq, fingerprint: this.o.fingerprint });
+      const index = await this.reload(path, []);
+      if (this.generation !== generation) {
+        await rm(path, { force: true });
+        return false;
+      }
+      // Documents deleted or replaced while the merge was written are dropped from it by replace().
+      const merged: Segment = { name, index, deleted: new Set() };
+      this.index.replace(sources, merged);
+      this.written.add(merged);
+      this.dirty = true;
+      this.o.onSegmentWritten?.(size);
+      this.o.log.info({ dir: this.o.dir, merged: sources.map((s) => s.name), into: name, docs: index.size, bytes: size, ms: Math.round(performance.now() - t0) }, 'replica index segments merged');
+    } finally {
+      this.inProgress.delete(name);
     }
-    if (this.generation !== generation) return false;
-    merged.trim();
-    // What moved on while the merge read is dropped from it by replace().
-    this.index.replace(sources, { name: this.newName(), index: merged, deleted: new Set() });
-    this.dirty = true;
-    this.o.log.info({ dir: this.o.dir, merged: sources.map((s) => s.name), docs: merged.size, ms: Math.round(performance.now() - t0) }, 'replica index segments merged');
     await this.checkpoint();
     return true;
   }
@@ -280,7 +333,8 @@ export class PersistedIndex extends SearchIndexBinding {
       return;
     }
     for (const name of names) {
-      if (!isIndexFile(name) || keep.has(name) || (keepCommit && name === COMMIT_FILE)) continue;
+      const base = name.endsWith('.tmp') ? name.slice(0, -4) : name;
+      if (!isIndexFile(name) || keep.has(name) || this.inProgress.has(base) || (keepCommit && name === COMMIT_FILE)) continue;
       await rm(join(this.o.dir, name), { force: true });
     }
   }
@@ -317,6 +371,16 @@ export class PersistedIndex extends SearchIndexBinding {
       if (this.unindexable++ === 0) this.o.log.warn({ dir: this.o.dir, id }, 'a stored document the index refuses was left out of the search index');
     }
   }
+}
+
+/** The first `n` of `set`, in insertion order. */
+function first(set: ReadonlySet<string>, n: number): string[] {
+  const out: string[] = [];
+  for (const v of set) {
+    if (out.length === n) break;
+    out.push(v);
+  }
+  return out;
 }
 
 async function exists(path: string): Promise<boolean> {

@@ -49,8 +49,6 @@ export class ShardReplica {
   recovering = false;
   /** A catch-up with a new leader is running (at most one at a time). */
   catchingUp = false;
-  /** Client updates this replica is leading (from version assignment to the end of their fan-out). */
-  writesInFlight = 0;
   private s: ShardState;
   private readonly log: Logger;
 

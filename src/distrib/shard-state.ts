@@ -37,8 +37,6 @@ export interface ShardState {
   readonly fence: number;
   readonly clock: number;
   readonly health: Health;
-  /** A leader handing its leadership over (to the shard's preferred leader): it takes no new writes. */
-  readonly handingOff?: boolean;
 }
 
 export type RefusalCode = 'SHX_NOT_LEADER' | 'SHX_STALE_EPOCH' | 'SHX_INDETERMINATE' | 'SHX_UNAVAILABLE';
@@ -52,10 +50,6 @@ export type ShardEvent =
   | { readonly type: 'ready'; readonly epoch: number }
   /** Leadership ended (another leader, left the election, session expired). */
   | { readonly type: 'lost' }
-  /** The leader starts handing its leadership over: new writes are refused until it is lost. */
-  | { readonly type: 'handOff' }
-  /** The handover did not happen (the election could not be left): the leader takes writes again. */
-  | { readonly type: 'handOffFailed' }
   /** A client update of `count` ops reached this replica as leader (TOLEADER). */
   | { readonly type: 'update'; readonly count: number }
   /** An update or announcement from the leader of `epoch` (FROMLEADER). */
@@ -104,7 +98,7 @@ const same = (state: ShardState, ...effects: ShardEffect[]): Step => ({ state, e
 
 /** Where leadership ends, whatever the cause: back to follower, auto-commit stopped. */
 function stepDown(s: ShardState, health: Health = s.health): ShardState {
-  return { ...s, role: 'follower', epoch: 0, health, handingOff: false };
+  return { ...s, role: 'follower', epoch: 0, health };
 }
 
 export function step(s: ShardState, e: ShardEvent): Step {
@@ -134,20 +128,11 @@ export function step(s: ShardState, e: ShardEvent): Step {
       if (s.role === 'follower') return same(s);
       return same(stepDown(s), { type: 'stopAutoCommit' });
 
-    case 'handOff':
-      if (s.role !== 'leader') return same(s);
-      return same({ ...s, handingOff: true });
-
-    case 'handOffFailed':
-      if (!s.handingOff) return same(s);
-      return same({ ...s, handingOff: false });
-
     case 'update': {
       if (s.role !== 'leader') {
         const why = s.role === 'candidate' ? 'is taking over leadership and does not accept writes yet' : 'is not the leader';
         return same(s, { type: 'refuse', code: 'SHX_NOT_LEADER', why });
       }
-      if (s.handingOff) return same(s, { type: 'refuse', code: 'SHX_NOT_LEADER', why: 'is handing its leadership to the preferred leader' });
       const base = epochBase(s.epoch);
       const first = Math.max(s.clock + 1, base + 1);
       const last = first + e.count - 1;

@@ -174,13 +174,7 @@ export class UpdateProcessor {
     }
     // Admission again, before the lock: after the log write, applying cannot fail.
     admitOps(update.ops, this.o.schema(update.collection));
-    // Counted until its fan-out ends: a leader hands its leadership over only with none in flight.
-    replica.writesInFlight++;
-    try {
-      return await this.lead(replica, update);
-    } finally {
-      replica.writesInFlight--;
-    }
+    return this.lead(replica, update);
   }
 
   private async lead(replica: ShardReplica, update: ShardUpdate): Promise<ShardUpdateResult> {

@@ -591,12 +591,7 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** Phase 1: the total and the top offset+limit hits with their sort values. */
   search(req: SearchRequest = {}, globalStats?: IndexStats): ShardSearchResult {
-    const { offset, limit } = checkPage(req);
-    checkBoosts(req.boosts);
-    const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
-    const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
-    const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
-    const sort = req.sort === undefined || typeof req.sort === 'string' ? parseSort(req.sort, this.schema) : req.sort;
+    const { offset, limit, q, filters, sort } = this.parseRequest(req);
     const stats = globalStats === undefined ? null : new StatsLookup(globalStats);
     this.checkSortFields(sort, stats);
 
@@ -614,6 +609,21 @@ export class ShardIndex implements IndexView, ForwardSink {
       hits[i] = { id: this.ids[doc] as string, score, sortValues: sort.map((key) => this.sortValue(key, doc, score)) };
     }
     return { total: m.size, hits };
+  }
+
+  /** Throws what search(req) throws for a bad request, in the same order; reads no document. */
+  validate(req: SearchRequest): void {
+    this.parseRequest(req);
+  }
+
+  private parseRequest(req: SearchRequest): { offset: number; limit: number; q: Query; filters: Query[]; sort: SortSpec } {
+    const { offset, limit } = checkPage(req);
+    checkBoosts(req.boosts);
+    const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
+    const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
+    const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
+    const sort = req.sort === undefined || typeof req.sort === 'string' ? parseSort(req.sort, this.schema) : req.sort;
+    return { offset, limit, q, filters, sort };
   }
 
   /** Whether each document matches q and the filters: the membership test of an export cursor. */

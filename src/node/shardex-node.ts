@@ -1041,7 +1041,7 @@ export class ShardexNode {
     if (this.checkpointTimer) clearInterval(this.checkpointTimer);
     for (const r of this.replicas.values()) {
       // A clean stop writes the index, so that the next start replays nothing.
-      if (r.index instanceof PersistedIndex) await r.index.checkpoint().catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment at stop'));
+      if (r.index instanceof PersistedIndex) await r.index.close().catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index checkpoint at stop'));
       await r.store.close().catch(() => undefined);
     }
     this.replicas.clear();

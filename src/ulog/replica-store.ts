@@ -573,17 +573,24 @@ export class ReplicaStore {
       await this.remember(items.map((i) => i.id));
       const batch: BatchOp[] = [];
       const changed: Reconcile[] = [];
+      let logDelta = 0;
       for (const { id, leader } of items) {
         const cur = this.known.get(id) ?? NONE;
         if (cur.version !== 0 && sinceSync(cur.version)) continue;
         if (cur.version === (leader?.version ?? 0)) continue;
-        if (cur.version !== 0) batch.push({ type: 'del', key: logKey(cur.version) });
+        // (A version older than the log's trim point has no entry left to remove.)
+        if (cur.version > this.trimmed) {
+          batch.push({ type: 'del', key: logKey(cur.version) });
+          logDelta--;
+        }
         if (leader === undefined) {
           batch.push({ type: 'del', key: docKey(id) });
           this.setKnown(id, NONE);
           if (cur.live) this.liveDocs--;
         } else {
           const text = encodeEntry(leader);
+          // The leader's version may be in our log already (an older version of ours it kept).
+          if ((await this.db.get(logKey(leader.version))) === undefined) logDelta++;
           batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
           this.setKnown(id, { version: leader.version, live: leader.doc !== null });
           if (leader.doc !== null && !cur.live) this.liveDocs++;
@@ -593,6 +600,8 @@ export class ReplicaStore {
       }
       if (batch.length === 0) return changed;
       batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
+      this.logCount = Math.max(0, this.logCount + logDelta);
+      batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
       const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
       await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id) });
       // Trimming drops the oldest entries only, so the newest version is the newest log key.
@@ -768,20 +777,20 @@ export class ReplicaStore {
   private async trim(): Promise<void> {
     const drop = this.logCount - this.retention;
     if (drop <= 0) return;
+    const batch: BatchOp[] = [];
     let cutoff: string | undefined;
-    let i = 0;
     for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', limit: drop })) {
       cutoff = key;
-      i++;
+      batch.push({ type: 'del', key });
     }
     if (cutoff === undefined) return;
-    await this.db.clear({ gte: LOG, lte: cutoff });
-    this.trimmed = Number(cutoff.slice(1));
-    this.logCount -= i;
-    await this.db.batch([
-      { type: 'put', key: TRIMMED, value: String(this.trimmed) },
-      { type: 'put', key: LOG_COUNT, value: String(this.logCount) },
-    ]);
+    const trimmed = Number(cutoff.slice(1));
+    const logCount = this.logCount - batch.length;
+    // One batch: the entries, the trim point and the count change together, whatever crashes.
+    batch.push({ type: 'put', key: TRIMMED, value: String(trimmed) }, { type: 'put', key: LOG_COUNT, value: String(logCount) });
+    await this.db.batch(batch);
+    this.trimmed = trimmed;
+    this.logCount = logCount;
   }
 
   /** Removes everything (before a full copy from the leader). */

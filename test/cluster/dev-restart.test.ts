@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isSegmentFile } from '../../src/distrib/index-persistence.js';
 import { http } from '../support/cluster.js';
 import { killAllDev, killDev, runDevUntilExit, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
+import { pollUntil } from '../support/poll.js';
 
 const WORDS = ['whale', 'peace', 'river', 'crown', 'night'];
 const DEADLINE_MS = 30_000;
@@ -17,15 +18,7 @@ const DEADLINE_MS = 30_000;
 /** A document per id: its title holds one of WORDS, so that each word matches a fifth of them. */
 const book = (i: number) => ({ id: `b${i}`, title: `book ${i} of the ${WORDS[i % WORDS.length]}`, year: 1800 + i });
 
-async function poll<T>(what: string, attempt: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + DEADLINE_MS;
-  for (;;) {
-    const value = await attempt();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const poll = <T>(what: string, attempt: () => Promise<T | undefined>): Promise<T> => pollUntil(what, attempt, { ms: DEADLINE_MS });
 
 /** Adds documents; a shard whose leader is still being elected answers 503, so retry until acknowledged. */
 async function addBooks(url: string, from: number, to: number): Promise<void> {

@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShardexClient } from '../../src/client/index.js';
 import { http, startCluster, type HttpResult, type TestCluster } from '../support/cluster.js';
+import { pollUntil } from '../support/poll.js';
 
 const C = 'bal';
 const SHARDS = 2;
@@ -25,15 +26,7 @@ interface SlotRow {
   queued: number;
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+const until = <T>(what: string, probe: () => Promise<T | undefined> | T | undefined, ms = 30_000): Promise<T> => pollUntil(what, probe, { ms, everyMs: 10 });
 
 describe('read balancing by priority across reader groups', () => {
   let tc: TestCluster;

@@ -1,23 +1,12 @@
 // Shared pieces of the ZooKeeper cluster tests: waiting for conditions, the settled cluster,
 // and the acknowledged-writes check.
-import { setTimeout as sleep } from 'node:timers/promises';
 import pLimit from 'p-limit';
 import { clusterView, http, type ClusterView } from './cluster.js';
 import type { NodeProcesses } from './processes.js';
+import { pollUntil } from './poll.js';
 
-export async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(100);
-  }
-  throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+export function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
+  return pollUntil(what, probe, { ms, retryErrors: true });
 }
 
 export function liveUrls(procs: NodeProcesses): string[] {
