@@ -104,7 +104,7 @@ export class QueryExecutor {
   private termInto(acc: Accumulator, f: InvertedField, term: string, boost: number, scoring: boolean): void {
     const id = f.termId(term);
     if (id < 0 || f.docFreq[id] === 0) return;
-    const p = f.postings[id];
+    const p = f.postingsOf(id);
     const len = f.postingsLength[id];
     const live = this.ix.live;
     const marks = acc.marks;
@@ -153,7 +153,7 @@ export class QueryExecutor {
   private term(f: InvertedField, term: string, boost: number, scoring: boolean): Matches {
     const id = f.termId(term);
     if (id < 0 || f.docFreq[id] === 0) return NO_MATCHES;
-    const p = f.postings[id];
+    const p = f.postingsOf(id);
     const len = f.postingsLength[id];
     const live = this.ix.live;
     const size = f.docFreq[id];
@@ -193,8 +193,8 @@ export class QueryExecutor {
     const lens = new Int32Array(m);
     const offs = Int32Array.from(offsets);
     for (let j = 0; j < m; j++) {
-      ps.push(f.postings[ids[j]]);
-      pps.push(f.positions[ids[j]]);
+      ps.push(f.postingsOf(ids[j]));
+      pps.push(f.positionsOf(ids[j]));
       lens[j] = f.postingsLength[ids[j]];
     }
     const at = new Int32Array(m); // each term's current posting (index in ints)
@@ -396,7 +396,7 @@ export class QueryExecutor {
 
 function markPostings(f: InvertedField, id: number, marks: Uint8Array): boolean {
   if (f.docFreq[id] === 0) return false;
-  const p = f.postings[id];
+  const p = f.postingsOf(id);
   const len = f.postingsLength[id];
   for (let i = 0; i < len; i += 2) marks[p[i]] = 1;
   return true;

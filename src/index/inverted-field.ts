@@ -48,9 +48,13 @@ export class InvertedField implements TokenSink {
   // ---- per term ----
   docFreq = new Int32Array(16);
   deadCount = new Int32Array(16);
-  postings: Int32Array[] = [];
+  /** Term by id: its postings; read through postingsOf() (a restored field makes them on first use). */
+  postings: (Int32Array | undefined)[] = [];
   postingsLength = new Int32Array(16);
-  positions: Int32Array[] = [];
+  /** Term by id: its positions; read through positionsOf(). */
+  positions: (Int32Array | undefined)[] = [];
+  /** A restored field's postings and positions, one array each, cut into per-term views on first use. */
+  private flat: { readonly postings: Int32Array; readonly postingStarts: Int32Array; readonly positions: Int32Array; readonly positionStarts: Int32Array } | null = null;
   positionsLength = new Int32Array(16);
 
   // ---- per document ----
@@ -110,6 +114,26 @@ export class InvertedField implements TokenSink {
       this.minValue = new Int32Array(0);
       this.maxValue = new Int32Array(0);
     }
+  }
+
+  /** Term `t`'s postings ([doc, tf, ...], postingsLength[t] of them in use). */
+  postingsOf(t: number): Int32Array {
+    return this.postings[t] ?? this.materialize(t).postings;
+  }
+
+  /** Term `t`'s positions (text fields; positionsLength[t] in use). */
+  positionsOf(t: number): Int32Array {
+    return this.positions[t] ?? this.materialize(t).positions;
+  }
+
+  /** Cuts term `t`'s views out of a restored field's arrays (a restore makes none: most terms are never read). */
+  private materialize(t: number): { postings: Int32Array; positions: Int32Array } {
+    const f = this.flat!;
+    const postings = f.postings.subarray(f.postingStarts[t], f.postingStarts[t + 1]);
+    const positions = this.withPositions ? f.positions.subarray(f.positionStarts[t], f.positionStarts[t + 1]) : EMPTY;
+    this.postings[t] = postings;
+    this.positions[t] = positions;
+    return { postings, positions };
   }
 
   termId(term: string): number {
@@ -243,7 +267,7 @@ export class InvertedField implements TokenSink {
     for (let i = 0; i < nTouched; i++) {
       const t = touched[i];
       const stop = count[t];
-      let p = this.postings[t];
+      let p = this.postingsOf(t);
       let len = this.postingsLength[t];
       const need = len + 2 * (stop - k);
       if (need > p.length) {
@@ -251,7 +275,7 @@ export class InvertedField implements TokenSink {
         this.postings[t] = p;
       }
       if (this.withPositions) {
-        let pp = this.positions[t];
+        let pp = this.positionsOf(t);
         let plen = this.positionsLength[t];
         const needPos = plen + this.termPendingPos[t];
         if (needPos > pp.length) {
@@ -308,9 +332,9 @@ export class InvertedField implements TokenSink {
 
   /** Drops the postings of deleted documents from one term. */
   private compactTerm(id: number, live: Uint8Array): void {
-    const p = this.postings[id];
+    const p = this.postingsOf(id);
     const len = this.postingsLength[id];
-    const pp = this.withPositions ? this.positions[id] : EMPTY;
+    const pp = this.withPositions ? this.positionsOf(id) : EMPTY;
     let w = 0;
     let pr = 0;
     let pw = 0;
@@ -352,9 +376,9 @@ export class InvertedField implements TokenSink {
       if (this.docFreq[t] === 0) continue;
       const id = next++;
       termMap[t] = id;
-      const p = this.postings[t];
+      const p = this.postingsOf(t);
       const len = this.postingsLength[t];
-      const pp = this.positions[t];
+      const pp = this.positionsOf(t);
       const dead = this.deadCount[t] > 0;
       let w = 0;
       let pr = 0;
@@ -417,10 +441,12 @@ export class InvertedField implements TokenSink {
     this.releaseScratch();
     for (let id = 0; id < this.termCount; id++) {
       const len = this.postingsLength[id];
-      if (this.postings[id].length > len + 2) this.postings[id] = this.postings[id].slice(0, Math.max(2, len));
+      const p = this.postingsOf(id);
+      if (p.length > len + 2) this.postings[id] = p.slice(0, Math.max(2, len));
       if (this.withPositions) {
         const plen = this.positionsLength[id];
-        if (this.positions[id].length > plen + 2) this.positions[id] = this.positions[id].slice(0, Math.max(2, plen));
+        const pp = this.positionsOf(id);
+        if (pp.length > plen + 2) this.positions[id] = pp.slice(0, Math.max(2, plen));
       }
     }
   }
@@ -440,8 +466,8 @@ export class InvertedField implements TokenSink {
     const postings = new Int32Array(postingStarts[n]);
     const positions = new Int32Array(positionStarts[n]);
     for (let t = 0; t < n; t++) {
-      postings.set(this.postings[t].subarray(0, this.postingsLength[t]), postingStarts[t]);
-      if (this.withPositions) positions.set(this.positions[t].subarray(0, this.positionsLength[t]), positionStarts[t]);
+      postings.set(this.postingsOf(t).subarray(0, this.postingsLength[t]), postingStarts[t]);
+      if (this.withPositions) positions.set(this.positionsOf(t).subarray(0, this.positionsLength[t]), positionStarts[t]);
     }
     return {
       terms: this.terms.slice(0, n),
@@ -477,10 +503,12 @@ export class InvertedField implements TokenSink {
     f.localSlot = new Int32Array(cap);
     f.termPending = new Int32Array(cap);
     f.termPendingPos = new Int32Array(cap);
+    // Views per term are made when a term is first read (most never are between two restarts).
+    f.flat = { postings: state.postings, postingStarts: state.postingStarts, positions: state.positions, positionStarts: state.positionStarts };
+    f.postings = new Array<Int32Array | undefined>(n);
+    f.positions = new Array<Int32Array | undefined>(n);
     for (let t = 0; t < n; t++) {
-      f.postings.push(state.postings.subarray(state.postingStarts[t], state.postingStarts[t + 1]));
       f.postingsLength[t] = state.postingStarts[t + 1] - state.postingStarts[t];
-      f.positions.push(withPositions ? state.positions.subarray(state.positionStarts[t], state.positionStarts[t + 1]) : EMPTY);
       f.positionsLength[t] = withPositions ? state.positionStarts[t + 1] - state.positionStarts[t] : 0;
     }
     f.lengths = state.lengths;
