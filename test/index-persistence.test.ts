@@ -322,6 +322,31 @@ describe('a replica index on disk', () => {
     expect(report).toMatchObject({ method: 'loaded', replayed: 1 });
   });
 
+  it('keeps the file of a merge when a checkpoint that began before the merge swapped in ends after it', async () => {
+    let { replica, index } = await openReplica();
+    for (let b = 0; b < 10; b++) {
+      await replica.apply([put(b)]);
+      await index.checkpoint();
+    }
+    for (let round = 0; round < 5; round++) {
+      // The checkpoint captures its segments first; the merge swaps some of them out while it writes.
+      await replica.apply(Array.from({ length: 30 }, (_, i) => put(100 + round * 30 + i)));
+      const checkpoint = index.checkpoint();
+      const merged = index.merge();
+      await Promise.all([checkpoint, merged]);
+      await replica.apply([put(1000 + round)]);
+      await index.checkpoint();
+    }
+    const before = results(index.index);
+    await crash();
+    let report;
+    ({ index, report } = await openReplica());
+    // Every segment the last commit names is on disk.
+    expect(report.problem).toBeUndefined();
+    expect(report.method).toBe('loaded');
+    expect(results(index.index)).toEqual(before);
+  });
+
   it('drops a merge that a reset overtook', async () => {
     const { replica, index } = await openReplica();
     for (let b = 0; b < 12; b++) {

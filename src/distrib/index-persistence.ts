@@ -245,9 +245,9 @@ export class PersistedIndex extends SearchIndexBinding {
     // At once: a merge running now must not swap or commit anything of the old data.
     this.generation++;
     return this.lock.run(async () => {
-      await this.removeFilesBut(new Set(), false);
       this.index = new SegmentedIndex(this.o.schema);
       this.dirty = false;
+      await this.removeFilesBut(new Set(), false);
     });
   }
 
@@ -313,19 +313,26 @@ export class PersistedIndex extends SearchIndexBinding {
       this.dirty = true;
       this.o.onSegmentWritten?.(size);
       this.o.log.info({ dir: this.o.dir, merged: sources.map((s) => s.name), into: name, docs: index.size, bytes: size, ms: Math.round(performance.now() - t0) }, 'replica index segments merged');
+      // Kept as in progress until a commit names it.
+      await this.checkpoint();
+      return true;
     } finally {
       this.inProgress.delete(name);
     }
-    await this.checkpoint();
-    return true;
   }
 
   private newName(): string {
     return `${SEGMENT_PREFIX}${String(this.nextFile++).padStart(8, '0')}${SEGMENT_SUFFIX}`;
   }
 
-  /** Removes the index files of the directory but the segments `keep` and, with `keepCommit`, the commit. */
+  /**
+   * Removes the index files of the directory but the segments `keep` and, with `keepCommit`, the
+   * commit. The files of the index's own segments and of a merge being written always stay: a
+   * commit written later names them (a checkpoint that captured its segments before a merge
+   * swapped them must not remove the merge's file).
+   */
   private async removeFilesBut(keep: ReadonlySet<string>, keepCommit = true): Promise<void> {
+    const live = new Set(this.index.segments.map((s) => s.name));
     let names: string[];
     try {
       names = await readdir(this.o.dir);
@@ -334,7 +341,7 @@ export class PersistedIndex extends SearchIndexBinding {
     }
     for (const name of names) {
       const base = name.endsWith('.tmp') ? name.slice(0, -4) : name;
-      if (!isIndexFile(name) || keep.has(name) || this.inProgress.has(base) || (keepCommit && name === COMMIT_FILE)) continue;
+      if (!isIndexFile(name) || keep.has(name) || live.has(base) || this.inProgress.has(base) || (keepCommit && name === COMMIT_FILE)) continue;
       await rm(join(this.o.dir, name), { force: true });
     }
   }
