@@ -95,8 +95,10 @@ export class ShardIndex implements IndexView, ForwardSink {
   private readonly idToDoc = new Map<string, number>();
   private ids: (string | undefined)[] = [];
   live = new Uint8Array(1024);
-  /** Per document: [slot, count, termId x count, ...] of every field it touched. */
+  /** Per document: [slot, count, termId x count, ...] of every field it touched; read through forwardOf(). */
   private forward: (Int32Array | undefined)[] = [];
+  /** A restored index's forward entries, one array, read in place until compact() renumbers. */
+  private restoredForward: { readonly forward: Int32Array; readonly starts: Int32Array; readonly maxDoc: number } | null = null;
   maxDoc = 0;
   private liveCount = 0;
   private deadDocs = 0;
@@ -248,7 +250,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       const nd = newDoc[d];
       if (nd < 0) continue;
       const id = this.ids[d] as string;
-      const fwd = this.forward[d] as Int32Array;
+      const fwd = this.forwardOf(d) as Int32Array;
       for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
         const map = termMaps[fwd[i]];
         if (map === null) continue;
@@ -265,6 +267,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       const fwd = this.forward[d] as Int32Array;
       this.forward[d] = this.keepForward(fwd, fwd.length);
     }
+    this.restoredForward = null;
     this.ids.length = n;
     this.forward.length = n;
     this.live.fill(1, 0, n);
@@ -285,9 +288,17 @@ export class ShardIndex implements IndexView, ForwardSink {
     if (this.deadDocs >= MIN_DEAD_TO_COMPACT && this.deadDocs > this.liveCount) this.compact();
   }
 
+  /** Document d's forward entries (undefined for a deleted document). */
+  private forwardOf(d: number): Int32Array | undefined {
+    const f = this.forward[d];
+    if (f !== undefined || this.live[d] !== 1) return f;
+    const r = this.restoredForward;
+    return r !== null && d < r.maxDoc ? r.forward.subarray(r.starts[d], r.starts[d + 1]) : undefined;
+  }
+
   private removeDoc(d: number): void {
+    const fwd = this.forwardOf(d) as Int32Array;
     this.live[d] = 0;
-    const fwd = this.forward[d] as Int32Array;
     for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
       const f = this.slots[fwd[i]];
       if (f.kind === 'inverted') f.removeDoc(d, fwd, i + 2, fwd[i + 1], this.live);
@@ -468,10 +479,10 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.flush();
     const maxDoc = this.maxDoc;
     const forwardStarts = new Int32Array(maxDoc + 1);
-    for (let d = 0; d < maxDoc; d++) forwardStarts[d + 1] = forwardStarts[d] + (this.forward[d]?.length ?? 0);
+    for (let d = 0; d < maxDoc; d++) forwardStarts[d + 1] = forwardStarts[d] + (this.forwardOf(d)?.length ?? 0);
     const forward = new Int32Array(forwardStarts[maxDoc]);
     for (let d = 0; d < maxDoc; d++) {
-      const f = this.forward[d];
+      const f = this.forwardOf(d);
       if (f !== undefined) forward.set(f, forwardStarts[d]);
     }
     const slotOf = (f: InvertedField | NumericField | null): number => (f === null ? -1 : f.slot);
@@ -545,13 +556,14 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.live = new Uint8Array(Math.max(1024, maxDoc));
     this.live.set(state.live.subarray(0, maxDoc));
     this.ids = new Array<string | undefined>(maxDoc);
+    // Forward entries stay in the state's array, read in place (a view per document cost time and garbage at open).
     this.forward = new Array<Int32Array | undefined>(maxDoc);
+    this.restoredForward = { forward: state.forward, starts: state.forwardStarts, maxDoc };
     for (let d = 0; d < maxDoc; d++) {
       if (this.live[d] !== 1) continue;
       const id = state.ids[d]!;
       this.ids[d] = id;
       this.idToDoc.set(id, d);
-      this.forward[d] = state.forward.subarray(state.forwardStarts[d], state.forwardStarts[d + 1]);
     }
     this.liveCount = state.liveCount;
     this.deadDocs = state.deadDocs;
