@@ -698,6 +698,36 @@ function contract(name: string, makeHarness: () => Harness): void {
         expect(cands[2]!.epochs).toEqual([3]);
       });
 
+      it('a candidacy whose creation a leave overtook is removed, so it never sits ahead of the next one (a deposed leader resigns once per write)', async () => {
+        const n1 = await member('n1');
+        const n2 = await member('n2');
+        await allSee(['n1', 'n2'], n1, n2);
+        await n1.coord.createCollection(spec('c', 1, 2));
+        const leader = new Candidate('n1');
+        await n1.coord.joinElection('c', 'shard1', leader);
+        await leader.until('to lead', () => leader.epochs.length > 0);
+        const second = new Candidate('n2');
+        const dir = '/collections/c/leader_elect/shard1';
+        const [head] = await queue('c', 'shard1');
+        // Join A lists the queue (answer held), and is left at once.
+        const listing = n2.store.hold('children', dir);
+        const joinA = n2.coord.joinElection('c', 'shard1', second);
+        await listing.reached;
+        await n2.coord.leaveElection('c', 'shard1');
+        // Join B lists the queue too, and is held before it creates its candidacy...
+        const look = n2.store.hold('get', head!.path);
+        const joinB = n2.coord.joinElection('c', 'shard1', second);
+        await look.reached;
+        // ...while A goes on: its candidacy is created ahead of B's, for an election already left.
+        await listing.release();
+        await joinA;
+        await look.release();
+        await joinB;
+        expect((await queue('c', 'shard1')).map((e) => e.node)).toEqual(['n1', 'n2']);
+        await n1.coord.close();
+        await second.until('to lead', () => second.epochs.length > 0);
+      });
+
       it('each candidate watches only the one ahead of it: removing a candidate from the middle changes no leader and re-links the queue', async () => {
         const ms: Member[] = [];
         for (let i = 1; i <= 5; i++) ms.push(await member(`n${i}`));

@@ -440,7 +440,14 @@ export class ClusterCoordinator implements Coordinator {
       const d = await this.store.get(`${dir}/${child}`);
       if (d && d.data.toString('utf8') === me && `${dir}/${child}` !== e.path) await this.store.delete(`${dir}/${child}`).catch(() => undefined);
     }
-    e.path = await this.store.create(`${dir}/n_`, Buffer.from(me), 'ephemeral_sequential');
+    const path = await this.store.create(`${dir}/n_`, Buffer.from(me), 'ephemeral_sequential');
+    if (e.closed || this.closed) {
+      // Left while the candidacy was being created (resigns come in bursts): a candidacy nobody
+      // acts on would sit ahead of the next one in the queue, and the shard would have no leader.
+      await this.store.delete(path).catch(() => undefined);
+      return;
+    }
+    e.path = path;
     await this.checkElection(e);
   }
 

@@ -327,6 +327,9 @@ export class ShardexNode {
   }
 
   /** Writes the index segment of each replica whose policy says so, one replica at a time. */
+  /** Replicas leaving and rejoining their election (resign). */
+  private readonly resigning = new Set<ShardReplica>();
+
   private async checkpointReplicas(): Promise<void> {
     if (this.checkpointing || this.stopped) return;
     this.checkpointing = true;
@@ -487,11 +490,16 @@ export class ShardexNode {
 
   /** Leaves the election and joins it again at the back of the queue (a new leadership gets a new epoch). */
   private async resign(replica: ShardReplica): Promise<void> {
+    // Every update the deposed leader was writing asks to resign: one leave and rejoin serves them all.
+    if (this.resigning.has(replica)) return;
+    this.resigning.add(replica);
     try {
       await this.coordinator.leaveElection(replica.collection, replica.shard);
       if (!this.stopped && this.replicas.get(replica.key) === replica) await this.joinElection(replica);
     } catch (err) {
       this.log.warn({ replica: replica.key, err: (err as Error).message }, 'could not rejoin the election; retrying on the next cluster change');
+    } finally {
+      this.resigning.delete(replica);
     }
   }
 
