@@ -4,44 +4,14 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { PeerClients, PeerServer, type PeerHandlers } from '../src/transport/index.js';
 import { silentLogger } from '../src/logger.js';
+import { recordingHandlers } from './support/peer-handlers.js';
 import type { StoredEntry } from '../src/ulog/index.js';
 import { ShardexError } from '../src/errors.js';
 
 const log = silentLogger();
 const SECRET = 'correct horse battery staple';
 
-function handlers(calls: string[]): PeerHandlers {
-  return {
-    update: async (u) => {
-      calls.push('update');
-      return { applied: u.ops.length, version: 1, rf: 1 } as never;
-    },
-    get: async () => {
-      calls.push('get');
-      return [];
-    },
-    search: async () => {
-      calls.push('search');
-      return {};
-    },
-    commit: async () => {
-      calls.push('commit');
-      return { version: 0, at: 0 };
-    },
-    versions: async () => {
-      calls.push('versions');
-      return { maxVersion: 7, trimmedThrough: 0 };
-    },
-    updatesAfter: async () => {
-      calls.push('updatesAfter');
-      return [];
-    },
-    copyShard: async function* () {
-      calls.push('copyShard');
-      yield [] as StoredEntry[];
-    },
-  };
-}
+const handlers = (calls: string[]): PeerHandlers => recordingHandlers(calls);
 
 const servers: PeerServer[] = [];
 const clients: PeerClients[] = [];

@@ -8,9 +8,9 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PeerClients, PeerServer, checkCertificateHost, loadClientTls, loadTls, type ClientTlsMaterial, type PeerHandlers, type TlsMaterial } from '../src/transport/index.js';
 import { silentLogger } from '../src/logger.js';
+import { recordingHandlers } from './support/peer-handlers.js';
 import { ShardexError } from '../src/errors.js';
 import { ShardexClient } from '../src/client/index.js';
-import type { StoredEntry } from '../src/ulog/index.js';
 import { testPki, type CertFiles, type TestCa, type TestPki } from './support/tls-certs.js';
 
 const log = silentLogger();
@@ -31,38 +31,7 @@ afterAll(async () => {
   await pki?.remove();
 });
 
-function handlers(calls: string[]): PeerHandlers {
-  return {
-    update: async (u) => {
-      calls.push('update');
-      return { applied: u.ops.length, version: 1, rf: 1 } as never;
-    },
-    get: async () => {
-      calls.push('get');
-      return [{ id: 'a' }];
-    },
-    search: async () => {
-      calls.push('search');
-      return {};
-    },
-    commit: async () => {
-      calls.push('commit');
-      return { version: 0, at: 0 };
-    },
-    versions: async () => {
-      calls.push('versions');
-      return { maxVersion: 7, trimmedThrough: 0 };
-    },
-    updatesAfter: async () => {
-      calls.push('updatesAfter');
-      return [];
-    },
-    copyShard: async function* () {
-      calls.push('copyShard');
-      yield [] as StoredEntry[];
-    },
-  };
-}
+const handlers = (calls: string[]): PeerHandlers => recordingHandlers(calls, [{ id: 'a' }]);
 
 const servers: PeerServer[] = [];
 const clients: PeerClients[] = [];
