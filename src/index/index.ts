@@ -24,7 +24,6 @@ export {
   encodeSegment,
   loadSegment,
   readCommit,
-  removeSegment,
   SEGMENT_FORMAT,
   writeCommit,
   writeSegment,

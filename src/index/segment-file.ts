@@ -10,7 +10,7 @@
 // sections, each 8-byte aligned with its own CRC-32: typed arrays as they are in memory (little
 // endian), string lists as UTF-16 text with an Int32 table of starts. Loading checks every
 // checksum and uses the file's buffer as the index's arrays (no copy, outside the JS heap).
-import { open, readFile, rename, rm } from 'node:fs/promises';
+import { open, readFile, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { ShardexError } from '../errors.js';
@@ -248,10 +248,4 @@ export async function loadSegment(path: string, schema: CollectionSchema, finger
     return { index: ShardIndex.restore(schema, state, options), seq: info.seq };
   });
   return read.ok ? { ok: true, index: read.value.index, seq: read.value.seq, bytes: read.bytes } : read;
-}
-
-/** Removes the segment file (before the replica's data is replaced); no error when there is none. */
-export async function removeSegment(path: string): Promise<void> {
-  await rm(path, { force: true });
-  await rm(`${path}.tmp`, { force: true });
 }

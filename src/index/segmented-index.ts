@@ -70,11 +70,6 @@ export class SegmentedIndex implements ReplicaSearcher {
     return this.changes;
   }
 
-  /** Documents in the buffer (not yet in any segment). */
-  get bufferSize(): number {
-    return this.buffer.size;
-  }
-
   has(id: string): boolean {
     return this.owner(id) !== undefined;
   }
@@ -103,11 +98,6 @@ export class SegmentedIndex implements ReplicaSearcher {
   delete(id: string): boolean {
     this.changes++;
     return this.buffer.delete(id) || this.removeSealed(id);
-  }
-
-  /** Gives back the buffer's spare capacity (after a bulk load). */
-  trim(): void {
-    this.buffer.trim();
   }
 
   /**
