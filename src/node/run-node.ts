@@ -37,16 +37,19 @@ export interface ProcessOptions {
   readonly zkDigestFile?: string;
 }
 
+/** The text of the `what` file `file` given with `flag`, surrounding whitespace dropped; SHX_BAD_CONFIG naming the flag when it cannot be read. */
+async function readTrimmed(file: string, what: string, flag: string): Promise<string> {
+  try {
+    return (await readFile(file, 'utf8')).trim();
+  } catch (err) {
+    throw new ShardexError('SHX_BAD_CONFIG', `cannot read the ${what} file ${file} (${flag}): ${(err as Error).message}`);
+  }
+}
+
 /** The ZooKeeper digest credentials in `file` (one line `user:password`); SHX_BAD_CONFIG when unusable, never showing the password. */
 export async function readZkDigest(file: string): Promise<string> {
   if (file === '') throw new ShardexError('SHX_BAD_CONFIG', '--zk-digest-file (or SHARDEX_ZK_DIGEST_FILE) is empty: give the path of a file holding user:password, or leave it unset');
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    throw new ShardexError('SHX_BAD_CONFIG', `cannot read the ZooKeeper digest file ${file} (--zk-digest-file): ${(err as Error).message}`);
-  }
-  const digest = text.trim();
+  const digest = await readTrimmed(file, 'ZooKeeper digest', '--zk-digest-file');
   try {
     checkDigest(digest);
   } catch {
@@ -67,13 +70,7 @@ export const MIN_SECRET_LENGTH = 16;
 
 /** The cluster secret in `file` (one line; surrounding whitespace dropped); SHX_BAD_CONFIG when unusable. */
 export async function readClusterSecret(file: string): Promise<string> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    throw new ShardexError('SHX_BAD_CONFIG', `cannot read the cluster secret file ${file} (--cluster-secret-file): ${(err as Error).message}`);
-  }
-  const secret = text.trim();
+  const secret = await readTrimmed(file, 'cluster secret', '--cluster-secret-file');
   if (secret.length < MIN_SECRET_LENGTH || /[\r\n]/.test(secret)) {
     throw new ShardexError(
       'SHX_BAD_CONFIG',
