@@ -187,6 +187,8 @@ class RecordingStore implements ZNodeStore {
   /** Calls whose answer the caller has not had yet. */
   pending = 0;
   readonly existsWatches: string[] = [];
+  /** '<op> <path>' of every call that failed, oldest first. */
+  readonly failed: string[] = [];
   private readonly listeners = new Set<() => void>();
   private held: { op: string; path: string; reached: () => void; gate: Promise<void> } | undefined;
 
@@ -234,7 +236,10 @@ class RecordingStore implements ZNodeStore {
   private record<T>(op: string, path: string, call: () => Promise<T>): Promise<T> {
     this.calls += 1;
     this.pending += 1;
-    let result = call();
+    let result = call().catch((err: unknown) => {
+      this.failed.push(`${op} ${path}`);
+      throw err;
+    });
     const held = this.held;
     if (held && held.op === op && held.path === path) {
       this.held = undefined;
@@ -426,6 +431,16 @@ function contract(name: string, makeHarness: () => Harness): void {
         check();
         return m.store.onCall(check);
       });
+    }
+
+    /** Partitions a member and resolves once its coordinator has heard that it is disconnected. */
+    async function cutOff(m: Member): Promise<void> {
+      const states: SessionState[] = [];
+      // Registered after the coordinator's listener: when it hears, so has the coordinator.
+      const off = m.session.onSessionState((st) => states.push(st));
+      await harness.partition(m.session);
+      await waitFor(`${m.coord.self?.name ?? 'client'} to report disconnected`, () => states.includes('disconnected'), (wake) => m.session.onSessionState(() => wake()));
+      off();
     }
 
     async function leaderZNode(collection: string, shard: string): Promise<unknown> {
@@ -726,6 +741,100 @@ function contract(name: string, makeHarness: () => Harness): void {
         expect((await queue('c', 'shard1')).map((e) => e.node)).toEqual(['n1', 'n2']);
         await n1.coord.close();
         await second.until('to lead', () => second.epochs.length > 0);
+      });
+
+      it('a leader that leaves its election while cut off (its delete unanswered) has its candidacy deleted on reconnect, and the next candidate leads', async () => {
+        const n1 = await member('n1');
+        const n2 = await member('n2');
+        await allSee(['n1', 'n2'], n1, n2);
+        await n1.coord.createCollection(spec('c', 1, 2));
+        const first = new Candidate('n1');
+        const second = new Candidate('n2');
+        await n1.coord.joinElection('c', 'shard1', first);
+        await n2.coord.joinElection('c', 'shard1', second);
+        expect(first.epochs).toEqual([1]);
+
+        await cutOff(n1);
+        await n1.coord.leaveElection('c', 'shard1');
+        // The session lives on, and so does its candidacy, at the head of the queue.
+        expect((await queue('c', 'shard1')).map((e) => e.node)).toEqual(['n1', 'n2']);
+        await harness.heal(n1.session);
+        await second.until('to lead', () => second.epochs.length > 0);
+        expect(second.epochs).toEqual([2]);
+        expect((await queue('c', 'shard1')).map((e) => e.node)).toEqual(['n2']);
+        expect(n1.coord.inElection('c', 'shard1')).toBe(false);
+      });
+
+      it('a candidate that could not go back into the queue while cut off (no session expiry) enters it again on reconnect, and leads', async () => {
+        const n1 = await member('n1');
+        const n2 = await member('n2');
+        await allSee(['n1', 'n2'], n1, n2);
+        await n1.coord.createCollection(spec('c', 1, 2));
+        await n1.coord.joinElection('c', 'shard1', new Candidate('n1'));
+        const second = new Candidate('n2');
+        const answer = gate();
+        second.may = () => answer.promise;
+        await n2.coord.joinElection('c', 'shard1', second);
+        // n1 goes: n2 is at the head, and asked whether it may lead.
+        await n1.coord.close();
+        await second.until('to be asked', () => second.asked === 1);
+
+        // Cut off, it answers no: it must leave the queue and come back later, and neither can happen.
+        await cutOff(n2);
+        const dir = '/collections/c/leader_elect/shard1';
+        answer.open(false);
+        await waitFor('n2 to fail to go back into the queue', () => n2.store.failed.includes(`children ${dir}`), (wake) => n2.store.onCall(() => wake()));
+        second.may = true;
+        await harness.heal(n2.session);
+        await second.until('to lead', () => second.epochs.length > 0);
+        expect(second.epochs).toEqual([2]);
+        expect((await queue('c', 'shard1')).map((e) => e.node)).toEqual(['n2']);
+      });
+
+      it('joinElection while cut off resolves; the candidacy is created once coordination answers again', async () => {
+        const n1 = await member('n1');
+        await n1.coord.createCollection(spec('c', 1, 1));
+        await cutOff(n1);
+        const cand = new Candidate('n1');
+        await n1.coord.joinElection('c', 'shard1', cand);
+        expect(n1.coord.inElection('c', 'shard1')).toBe(true);
+        expect(cand.epochs).toEqual([]);
+        await harness.heal(n1.session);
+        await cand.until('to lead', () => cand.epochs.length > 0);
+        expect(cand.epochs).toEqual([1]);
+        expect((await queue('c', 'shard1')).map((e) => e.node)).toEqual(['n1']);
+      });
+
+      it('a join still creating its candidacy when a new session re-enters the elections gets one candidacy, not two (a second would sit ahead of it for good)', async () => {
+        const n1 = await member('n1', { sessionTimeoutMs: SHORT_SESSION_MS });
+        const n2 = await member('n2');
+        await allSee(['n1', 'n2'], n1, n2);
+        await n2.coord.createCollection(spec('c', 1, 2));
+        const head = new Candidate('n2');
+        await n2.coord.joinElection('c', 'shard1', head);
+        await whenCached(n1.coord, 'n1 to see c', () => n1.coord.collection('c') !== undefined);
+        await harness.partition(n1.session);
+        await harness.expire(n1.session);
+        // The new session's re-registration waits at its first step...
+        const reRegistering = n1.store.hold('exists', '/live_nodes/n1');
+        await harness.heal(n1.session);
+        await reRegistering.reached;
+        // ...while a join starts and waits before it creates its candidacy.
+        const dir = '/collections/c/leader_elect/shard1';
+        const listing = n1.store.hold('children', dir);
+        const cand = new Candidate('n1');
+        const joining = n1.coord.joinElection('c', 'shard1', cand);
+        await listing.reached;
+        await reRegistering.release();
+        // Everything the new session does is done; only the join's held listing is in flight.
+        await poll('n1 to be done re-registering', () => n1.store.pending === 1);
+        await listing.release();
+        await joining;
+        await n1.store.idle();
+        expect((await queue('c', 'shard1')).map((e) => e.node)).toEqual(['n2', 'n1']);
+        await n2.coord.close();
+        await cand.until('to lead', () => cand.epochs.length > 0);
+        expect(cand.epochs).toEqual([2]);
       });
 
       it('each candidate watches only the one ahead of it: removing a candidate from the middle changes no leader and re-links the queue', async () => {

@@ -42,12 +42,19 @@ interface Election {
   /** A check is running; `recheck` asks it to run once more when done. */
   checking?: boolean;
   recheck?: boolean;
-  timer?: NodeJS.Timeout;
+  /** A candidacy is being created (one at a time). */
+  entering?: boolean;
+  /** A later attempt to enter the queue or check it is scheduled. */
+  timer?: NodeJS.Timeout | undefined;
 }
 
 const json = (v: unknown): Buffer => Buffer.from(JSON.stringify(v));
 const parse = <T>(b: Buffer): T => JSON.parse(b.toString('utf8')) as T;
 const seqOf = (name: string): number => Number(name.slice(name.lastIndexOf('_') + 1));
+
+/** Coordination did not answer: the operation's outcome is unknown, and it is worth trying again once it does. */
+const unreachable = (err: unknown): err is StoreError =>
+  err instanceof StoreError && (err.code === 'CONNECTION_LOSS' || err.code === 'SESSION_EXPIRED');
 
 export class ClusterCoordinator implements Coordinator {
   private readonly store: ZNodeStore;
@@ -60,6 +67,11 @@ export class ClusterCoordinator implements Coordinator {
   private readonly leaders = new Map<string, LeaderInfo>();
   private readonly listeners = new Set<() => void>();
   private readonly elections = new Map<string, Election>();
+  /**
+   * Candidacies this session left whose delete got no answer: they may still sit in a queue,
+   * ahead of live candidates, for as long as the session lives. Deleted on reconnect.
+   */
+  private readonly orphans = new Set<string>();
   private connected = true;
   private sessionLost = false;
   private disconnectedAt = 0;
@@ -115,7 +127,8 @@ export class ClusterCoordinator implements Coordinator {
     } else if (state === 'expired') {
       this.connected = false;
       this.sessionLost = true;
-      // Every ephemeral of the old session is gone: no leadership survives.
+      // Every ephemeral of the old session is gone: no leadership survives, and no orphan.
+      this.orphans.clear();
       for (const e of this.elections.values()) this.loseElection(e);
     } else {
       const expired = this.sessionLost;
@@ -129,15 +142,29 @@ export class ClusterCoordinator implements Coordinator {
   /**
    * Reads everything again and re-arms every watch (one watcher per znode, so a watch that
    * survived is not doubled). After a plain reconnect this restores watches whose setting
-   * failed with a connection loss, and re-checks elections whose predecessor watch was lost.
+   * failed with a connection loss; in both cases it deletes the orphaned candidacies, re-checks
+   * elections whose predecessor watch was lost, and enters the queue of every election whose
+   * candidacy is gone (expired) or could not be created while coordination was unreachable.
    */
   private async rearm(): Promise<void> {
+    for (const path of [...this.orphans]) {
+      try {
+        await this.store.delete(path);
+        this.orphans.delete(path);
+      } catch (err) {
+        if (unreachable(err)) throw err;
+        this.orphans.delete(path); // gone already
+      }
+    }
     await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
     for (const c of [...this.watchedCollections.keys()]) {
       await this.watchState(c);
       for (const s of this.states.get(c)?.shards ?? []) await this.watchLeader(c, s.name);
     }
-    for (const e of this.elections.values()) if (!e.closed && e.path !== undefined && !e.leading) await this.checkElection(e);
+    for (const e of this.elections.values()) {
+      if (e.closed || e.leading) continue;
+      await (e.path === undefined ? this.enterQueue(e) : this.checkElection(e)).catch((err) => this.electionFailed(e, err));
+    }
   }
 
   /** After a session expiry: register again, re-read and re-watch everything, rejoin elections. */
@@ -146,10 +173,18 @@ export class ClusterCoordinator implements Coordinator {
       if (this.selfInfo && !(await this.store.exists(`/live_nodes/${this.selfInfo.name}`))) await this.registerLive();
       // A new session has none of the old one's watches.
       await this.rearm();
-      for (const e of this.elections.values()) if (!e.closed && e.path === undefined) await this.enterQueue(e);
     } catch (err) {
-      this.log.error({ err }, 'could not re-register after reconnect');
+      // Lost again before it was done: the next 'connected' must do all of it again.
+      if (unreachable(err)) this.sessionLost = true;
+      this.log.error({ err }, 'could not re-register after reconnect; trying again on the next reconnect');
+      if (this.connected && !this.closed) setTimeout(() => void this.retryAfterReconnect(), this.electionRetryMs).unref();
     }
+  }
+
+  private async retryAfterReconnect(): Promise<void> {
+    if (this.closed || !this.connected) return;
+    this.sessionLost = false;
+    await this.afterReconnect();
   }
 
   canActAsLeader(): boolean {
@@ -413,11 +448,17 @@ export class ClusterCoordinator implements Coordinator {
     try {
       await this.enterQueue(e);
     } catch (err) {
+      if (unreachable(err)) {
+        // Coordination did not answer: the candidate stays in the election, and its candidacy is
+        // created (or checked) as soon as coordination answers again.
+        this.electionFailed(e, err);
+        return;
+      }
       // Not in the election after all: a later joinElection must be able to try again.
       if (this.elections.get(key) === e) this.elections.delete(key);
       e.closed = true;
-      if (e.timer) clearTimeout(e.timer);
-      if (e.path) await this.store.delete(e.path).catch(() => undefined);
+      this.cancelRetry(e);
+      if (e.path) await this.forget(e.path);
       e.path = undefined;
       if (err instanceof StoreError && err.code === 'NO_NODE') {
         throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' has no shard '${shard}'`);
@@ -430,25 +471,75 @@ export class ClusterCoordinator implements Coordinator {
     return `/collections/${e.collection}/leader_elect/${e.shard}`;
   }
 
+  /** Creates the election's candidacy, at the back of the queue, and checks it (one creation at a time). */
   private async enterQueue(e: Election): Promise<void> {
-    if (e.closed || this.closed) return;
+    if (e.closed || this.closed || e.path !== undefined || e.entering) return;
     const dir = this.electionDir(e);
     const me = this.selfInfo!.name;
-    // Drop candidacies left by an earlier incarnation of this node, so that a restarted
-    // node does not wait behind its own dead session.
-    for (const child of await this.store.children(dir)) {
-      const d = await this.store.get(`${dir}/${child}`);
-      if (d && d.data.toString('utf8') === me && `${dir}/${child}` !== e.path) await this.store.delete(`${dir}/${child}`).catch(() => undefined);
+    let path: string;
+    e.entering = true;
+    try {
+      // Drop candidacies left by an earlier incarnation of this node (so that a restarted node
+      // does not wait behind its own dead session), and by this session: a create whose answer
+      // was lost, a delete that got none.
+      for (const child of await this.store.children(dir)) {
+        const d = await this.store.get(`${dir}/${child}`);
+        if (d && d.data.toString('utf8') === me) await this.forget(`${dir}/${child}`);
+      }
+      path = await this.store.create(`${dir}/n_`, Buffer.from(me), 'ephemeral_sequential');
+    } finally {
+      e.entering = false;
     }
-    const path = await this.store.create(`${dir}/n_`, Buffer.from(me), 'ephemeral_sequential');
     if (e.closed || this.closed) {
       // Left while the candidacy was being created (resigns come in bursts): a candidacy nobody
       // acts on would sit ahead of the next one in the queue, and the shard would have no leader.
-      await this.store.delete(path).catch(() => undefined);
+      await this.forget(path);
       return;
     }
     e.path = path;
+    this.log.info({ collection: e.collection, shard: e.shard, candidacy: path }, 'entered the election queue');
     await this.checkElection(e);
+  }
+
+  /** Deletes a candidacy of this session; one whose delete gets no answer is deleted on reconnect. */
+  private async forget(path: string): Promise<void> {
+    try {
+      await this.store.delete(path);
+    } catch (err) {
+      if (!unreachable(err)) return;
+      this.log.warn({ candidacy: path, err: err.message }, 'could not delete a candidacy; deleting it on reconnect');
+      this.orphans.add(path);
+    }
+  }
+
+  /**
+   * An election step failed. When coordination did not answer, the step is tried again: on
+   * reconnect (rearm), or after electionRetryMs if the session is already back (the failure
+   * raced the reconnect).
+   */
+  private electionFailed(e: Election, err: unknown): void {
+    if (e.closed || this.closed || (err instanceof StoreError && err.code === 'CLOSED')) return;
+    if (!unreachable(err)) {
+      this.log.error({ err, collection: e.collection, shard: e.shard }, 'election step failed');
+      return;
+    }
+    this.log.warn({ collection: e.collection, shard: e.shard, err: err.message }, 'election step got no answer from coordination; trying again once it answers');
+    if (this.connected) this.retryLater(e, this.electionRetryMs);
+  }
+
+  /** Enters the queue (no candidacy) or checks the candidacy again, after `delayMs`; one pending at a time. */
+  private retryLater(e: Election, delayMs: number): void {
+    if (e.closed || this.closed || e.timer) return;
+    e.timer = setTimeout(() => {
+      e.timer = undefined;
+      if (e.closed || this.closed || e.leading) return;
+      (e.path === undefined ? this.enterQueue(e) : this.checkElection(e)).catch((err) => this.electionFailed(e, err));
+    }, delayMs);
+  }
+
+  private cancelRetry(e: Election): void {
+    if (e.timer) clearTimeout(e.timer);
+    e.timer = undefined;
   }
 
   /** Runs one election check at a time per candidacy; a check asked for meanwhile runs after it. */
@@ -475,7 +566,7 @@ export class ClusterCoordinator implements Coordinator {
     try {
       children = (await this.store.children(dir)).sort((a, b) => seqOf(a) - seqOf(b));
     } catch (err) {
-      return this.watchFailed(err);
+      return this.electionFailed(e, err);
     }
     const mine = e.path.slice(dir.length + 1);
     const idx = children.indexOf(mine);
@@ -490,10 +581,11 @@ export class ClusterCoordinator implements Coordinator {
       const key = `exists:${e.path}>${ahead}`;
       const onGone = this.watcher(key, () => {
         this.watchers.delete(key);
-        void this.checkElection(e).catch((err) => this.watchFailed(err));
+        void this.checkElection(e).catch((err) => this.electionFailed(e, err));
       });
       const exists = await this.store.exists(ahead, onGone);
       if (!exists) return this.checkElectionOnce(e);
+      this.log.debug({ collection: e.collection, shard: e.shard, candidacy: e.path, ahead }, 'waiting behind the candidacy ahead');
       return;
     }
     const candidacy = e.path;
@@ -511,8 +603,9 @@ export class ClusterCoordinator implements Coordinator {
       // Not fit to lead (term behind): go to the back of the queue and look again later.
       const old = e.path;
       e.path = undefined;
-      await this.store.delete(old).catch(() => undefined);
-      e.timer = setTimeout(() => void this.enterQueue(e).catch((err) => this.watchFailed(err)), this.electionRetryMs);
+      this.log.info({ collection: e.collection, shard: e.shard, candidacy: old }, 'not fit to lead yet (term behind, or recovering): back of the queue');
+      await this.forget(old);
+      this.retryLater(e, this.electionRetryMs);
       return;
     }
     const lpath = `/collections/${e.collection}/leaders/${e.shard}`;
@@ -539,7 +632,7 @@ export class ClusterCoordinator implements Coordinator {
     const was = e.leading;
     e.leading = false;
     e.path = undefined;
-    if (e.timer) clearTimeout(e.timer);
+    this.cancelRetry(e);
     if (was || !e.closed) e.candidate.onLost();
   }
 
@@ -566,7 +659,8 @@ export class ClusterCoordinator implements Coordinator {
     e.closed = true;
     const path = e.path;
     this.loseElection(e);
-    if (path) await this.store.delete(path).catch(() => undefined);
+    this.log.info({ collection, shard, candidacy: path }, 'left the election');
+    if (path) await this.forget(path);
   }
 
   // ---- terms --------------------------------------------------------------------------
@@ -654,7 +748,7 @@ export class ClusterCoordinator implements Coordinator {
     for (const [k, e] of this.elections) {
       this.elections.delete(k);
       e.closed = true;
-      if (e.timer) clearTimeout(e.timer);
+      this.cancelRetry(e);
       if (e.path) await this.store.delete(e.path).catch(() => undefined);
       e.leading = false;
     }

@@ -84,6 +84,12 @@ export interface Coordinator {
   /** Changes a collection's settings (durability, autoCommit); every node applies them from the state. */
   updateCollection(name: string, patch: CollectionPatch): Promise<CollectionState>;
   setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void>;
+  /**
+   * Stands in the shard's election. Resolves once the candidacy is queued, or at once when
+   * coordination does not answer: the candidate then stays in the election, and its candidacy is
+   * created when coordination answers again. Rejects (and leaves nothing behind) when the shard
+   * does not exist.
+   */
   joinElection(collection: string, shard: string, candidate: ElectionCandidate): Promise<void>;
   leaveElection(collection: string, shard: string): Promise<void>;
   /** Whether this coordinator stands in the shard's election (joined, and not left since). */

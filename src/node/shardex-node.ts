@@ -583,6 +583,14 @@ export class ShardexNode {
       }),
     );
     if (this.coordinator.leader(replica.collection, replica.shard)?.epoch !== epoch) return;
+    // Commit points live on the leader that recorded them: the new leader records one before it
+    // leads, so that every commit acknowledged by an earlier leader (whose writes it now holds)
+    // stays visible to eventual reads. Uncommitted writes it holds become visible with it, as
+    // after a restart.
+    await replica.store.commit().then(
+      () => this.m.commits.inc({ replica: replica.key }),
+      (err: Error) => this.log.warn({ replica: replica.key, err: err.message }, 'could not record the new leadership\'s commit point'),
+    );
     this.perform(replica, replica.step({ type: 'ready', epoch }));
     if (replica.role === 'leader') await this.coordinator.setReplicaState(replica.collection, replica.shard, this.name, 'active').catch(() => undefined);
   }

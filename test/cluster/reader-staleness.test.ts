@@ -109,3 +109,40 @@ describe('a reader\'s copy past the snapshot expiry', () => {
     expect(err.message).toMatch(/more than the snapshot expiry of 5000 ms/);
   });
 });
+
+describe('commit points across a leader change', () => {
+  let tc: TestCluster;
+  let peers: PeerClients;
+  let readerClock = 1_000_000;
+  beforeAll(async () => {
+    tc = await startCluster({ nodes: 2, readers: 1, readerOptions: { snapshotExpiryMs: EXPIRY_MS, now: () => readerClock } });
+    const res = await http('POST', `${tc.urls[0]!}/api/collections`, { name: 'lc', numShards: 1, replicationFactor: 2, autoCommit: 'off' });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    await tc.cluster.waitAllActive(30_000);
+    const r = tc.cluster.readers[0]!;
+    peers = new PeerClients({ resolve: () => r.grpcAddress, logger: silentLogger() });
+  });
+  afterAll(async () => {
+    peers?.close();
+    await tc?.stop();
+  });
+
+  it('a commit acknowledged by the old leader stays visible to eventual reads once another replica leads', async () => {
+    const nodes = tc.cluster.nodes;
+    const leaderName = nodes[0]!.coordinator.leader('lc', 'shard1')!.node;
+    const leader = nodes.find((n) => n.name === leaderName)!;
+    const follower = nodes.find((n) => n.name !== leaderName)!;
+    expect((await http('POST', `${follower.httpUrl}/api/collections/lc/docs`, [{ id: 'kept', title: 'kept' }])).status).toBe(200);
+    const commit = await http('POST', `${follower.httpUrl}/api/collections/lc/commit`);
+    expect(commit.status).toBe(200);
+    const version = commit.body.commit.shard1.version as number;
+
+    await leader.stop();
+    await follower.waitFor(() => follower.replica('lc', 'shard1')?.role === 'leader', 30_000);
+    readerClock += EXPIRY_MS + 1;
+    // The reader holds no copy of the shard: it copies the new leader's newest commit point.
+    const answer = await peers.call<ReaderAnswer<Array<StoredEntry | null>>>('reader1', 'get', { collection: 'lc', shard: 'shard1', ids: ['kept'], eventual: { busyTimeoutMs: 1000 } });
+    expect(answer.snapshot).toBeGreaterThanOrEqual(version);
+    expect(answer.result[0]?.id).toBe('kept');
+  });
+});
