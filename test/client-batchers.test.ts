@@ -124,6 +124,18 @@ describe('queryBatcher', () => {
     expect(exports.every((c) => /[?&]q=\*/.test(c.path) && c.path.includes('limit=30'))).toBe(true);
   });
 
+  it('asks every page with its read-balancer priority, and refuses a bad priority name at construction', async () => {
+    const net = new FakeNet();
+    fill(net, 60);
+    const client = clientOn(net);
+    const report = await client.queryBatcher('docs', '*', { batchSize: 25, priority: 'export' }).awaitCompletion();
+    expect(report.ids).toBe(60);
+    const exports = net.calls.filter((c) => c.path.includes('/export'));
+    expect(exports.length).toBeGreaterThanOrEqual(4);
+    expect(exports.every((c) => new URL(c.path, 'http://x').searchParams.get('priority') === 'export')).toBe(true);
+    expect(() => client.queryBatcher('docs', '*', { priority: 'not a name' })).toThrow(/priority must be a name matching/);
+  });
+
   it('survives the loss of a node mid-walk: the page is asked again from the same cursor elsewhere', async () => {
     const net = new FakeNet();
     fill(net, 400);

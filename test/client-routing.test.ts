@@ -113,6 +113,21 @@ describe('search and commit', () => {
     expect(Object.fromEntries(q)).toMatchObject({ q: 'title:dune', filter: 'price:[0 TO 10]', sort: 'price desc', limit: '5', fields: 'id,title', scanType: 'batch', priority: 'low' });
   });
 
+  it('sends an eventual search or get that names a priority through a node, whose balancer holds it to the priority\'s slots', async () => {
+    const net = new FakeNet();
+    net.docs.set('a', { id: 'a', _version_: 1, _shard_: net.shardOf('a') });
+    const client = clientOn(net);
+    // The fake cluster has no readers and no gRPC: read by the client itself, these could not be answered.
+    const res = await client.search('docs', 'title:dune', { consistency: 'eventual', priority: 'report', timeoutMs: 5000 });
+    expect(res.shards.total).toBe(4);
+    const search = new URL(net.calls.find((c) => c.path.includes('/search'))!.path, 'http://x').searchParams;
+    expect(Object.fromEntries(search)).toMatchObject({ q: 'title:dune', consistency: 'eventual', priority: 'report' });
+    const doc = await client.get('docs', 'a', { consistency: 'eventual', priority: 'report', timeoutMs: 5000 });
+    expect(doc?.id).toBe('a');
+    const get = net.calls.find((c) => c.method === 'GET' && c.path.includes('/docs/a'))!;
+    expect(Object.fromEntries(new URL(get.path, 'http://x').searchParams)).toEqual({ consistency: 'eventual', priority: 'report' });
+  });
+
   it('commits through a node', async () => {
     const net = new FakeNet();
     expect(await clientOn(net).commit('docs')).toHaveProperty('shard1');
@@ -126,6 +141,17 @@ describe('deadlines and cancellation', () => {
     await client.connect();
     net.script((c) => (c.method === 'POST' ? json(503, { error: 'no leader', code: 'SHX_NO_LEADER' }) : undefined));
     await expect(client.add('docs', [{ id: 'a' }], { timeoutMs: 200 })).rejects.toMatchObject({ code: 'SHX_TIMEOUT' });
+  });
+
+  it('says in a deadline\'s error why the operation did not complete: the last attempt\'s failure', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net, { backoff: () => 50, maxRetries: 1000 });
+    await client.connect();
+    net.script((c) => (c.path.includes('/search') ? json(503, { error: 'no reader of group fast is live', code: 'SHX_UNAVAILABLE' }) : undefined));
+    await expect(client.search('docs', '*', { timeoutMs: 300 })).rejects.toMatchObject({
+      code: 'SHX_TIMEOUT',
+      message: expect.stringMatching(/did not complete within 300 ms; the last attempt failed: .*no reader of group fast is live/),
+    });
   });
 
   it('rejects with the caller abort reason when the signal aborts', async () => {

@@ -325,7 +325,10 @@ export class ShardexClient {
       return await fn(signal);
     } catch (err) {
       if (deadline?.aborted && !opts.signal?.aborted) {
-        throw new ShardexError('SHX_TIMEOUT', `${what} did not complete within ${opts.timeoutMs} ms`, { cause: err });
+        // Say why it did not complete: the last attempt that failed, if one did.
+        const last = signal && this.executor.lastFailure(signal);
+        const why = last instanceof Error ? `; the last attempt failed: ${last.message}` : '';
+        throw new ShardexError('SHX_TIMEOUT', `${what} did not complete within ${opts.timeoutMs} ms${why}`, { cause: last ?? err });
       }
       throw err;
     }
@@ -367,12 +370,13 @@ export class ShardexClient {
     job: JobContext,
     collection: string,
     shard: string,
-    page: { q: string; after: string | undefined; limit: number; fields?: readonly string[] },
+    page: { q: string; after: string | undefined; limit: number; fields?: readonly string[]; priority?: string },
     o: { spread: number; onFailure?: (f: AttemptFailure) => void; onParked?: (parked: boolean) => void; signal?: AbortSignal | undefined },
   ): Promise<Outcome<ExportPage & { host: string }>> {
     const params = new URLSearchParams({ shard, q: page.q, limit: String(page.limit) });
     if (page.after !== undefined) params.set('after', page.after);
     if (page.fields && page.fields.length > 0) params.set('fields', page.fields.join(','));
+    if (page.priority !== undefined) params.set('priority', page.priority);
     return this.executor.run(job, {
       route: { to: 'leader', collection, shard, spread: o.spread, parkWithoutLeader: true },
       ...(o.onFailure && { onFailure: o.onFailure }),
@@ -480,15 +484,16 @@ export class ShardexClient {
   /**
    * A document by id. Immediate (default): from the shard's leader, which sees every
    * acknowledged write. Eventual: the client runs the scan-server selector itself and asks the
-   * chosen snapshot reader over gRPC, falling back to the leader when none can serve (through a
-   * gateway: the node the gateway picks does that).
+   * chosen snapshot reader over gRPC, falling back to the leader when none can serve. Through a
+   * gateway, or with a read-balancer `priority`, a node does that: the node's balancer holds the
+   * read to its priority's slots.
    */
   async get(collection: string, id: string, opts: ReadOptions = {}): Promise<StoredDoc | undefined> {
     checkId(id);
     return this.withDeadline(opts, `getting ${collection}/${id}`, async (signal) => {
       const s = await this.collectionState(collection);
       const shard = s.router(collection).route(id).shard;
-      if (opts.consistency === 'eventual' && this.gateway === undefined) return this.eventualGet(collection, shard, id, opts, signal);
+      if (this.readsItself(opts)) return this.eventualGet(collection, shard, id, opts, signal);
       try {
         return await this.executor.value(this.singleOp(), {
           route: { to: 'leader', collection, shard, spread: this.nextSpread() },
@@ -505,6 +510,15 @@ export class ShardexClient {
   }
 
   // ---- eventual reads: the selector runs here, readers are asked over gRPC ---------------
+
+  /**
+   * Whether the client serves an eventual read itself (selector here, readers over gRPC). Not
+   * behind a gateway (only the gateway is reachable), and not with a read-balancer priority:
+   * slots are counted by nodes, so a balanced read goes through one.
+   */
+  private readsItself(opts: ReadOptions): boolean {
+    return opts.consistency === 'eventual' && this.gateway === undefined && opts.priority === undefined;
+  }
 
   private readPathCache: { path: ReadPath; peers: PeerClients } | undefined;
 
@@ -567,9 +581,9 @@ export class ShardexClient {
     });
   }
 
-  /** A distributed search, through any usable node (eventual: the client picks readers itself). */
+  /** A distributed search, through any usable node (eventual without a priority: the client picks readers itself). */
   async search(collection: string, query: string, opts: SearchOptions = {}): Promise<SearchResult> {
-    if (opts.consistency === 'eventual' && this.gateway === undefined) return this.withDeadline(opts, `searching ${collection}`, (signal) => this.eventualSearch(collection, query, opts, signal));
+    if (this.readsItself(opts)) return this.withDeadline(opts, `searching ${collection}`, (signal) => this.eventualSearch(collection, query, opts, signal));
     const params = readParams(opts);
     params.set('q', query);
     if (opts.filter !== undefined) params.set('filter', opts.filter);

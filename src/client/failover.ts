@@ -86,7 +86,15 @@ export interface ExecutorHost {
 const STALE_STATE_CODES = new Set(['SHX_NOT_LEADER', 'SHX_NO_LEADER', 'SHX_STALE_EPOCH']);
 
 export class RequestExecutor {
+  /** The latest failed attempt of the requests run with each caller signal: a deadline's error names it. */
+  private readonly lastFailures = new WeakMap<AbortSignal, unknown>();
+
   constructor(private readonly c: ExecutorHost) {}
+
+  /** The latest attempt that failed among the requests run with `signal`, if any did. */
+  lastFailure(signal: AbortSignal): unknown {
+    return this.lastFailures.get(signal);
+  }
 
   /** The listed data hosts that are not suspended (the gateway, in gateway mode). */
   usableHosts(): string[] {
@@ -145,6 +153,7 @@ export class RequestExecutor {
         return { ok: true, value: await req.send(host), host, attempts: attempt };
       } catch (err) {
         if (req.signal?.aborted) throw req.signal.reason;
+        if (req.signal) this.lastFailures.set(req.signal, err);
         const failure = classifyFailure(err, this.c.hosts.codes);
         if (req.update && failure.indeterminate) indeterminate = true;
         const blamed = req.hostOf ? req.hostOf(err, host) : host;

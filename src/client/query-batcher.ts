@@ -14,6 +14,7 @@
 import pLimit from 'p-limit';
 import { ShardexError, isShardexError } from '../errors.js';
 import { causeChain } from '../distrib/retry.js';
+import { PriorityName } from '../read/balance-settings.js';
 import type { ShardexClient } from './client.js';
 import type { AttemptFailure, JobContext, Outcome } from './failover.js';
 import { isMinHostsError } from './host-availability.js';
@@ -28,6 +29,8 @@ export interface QueryBatcherOptions {
   readonly concurrency?: number;
   /** Fields to return with each id (default: whatever the export returns). */
   readonly fields?: readonly string[];
+  /** Read-balancer priority of every page: each node holds the pages it serves to the priority's slots. */
+  readonly priority?: string;
   readonly minHosts?: number;
   readonly maxRetries?: number;
   /** The job's deadline (ms from its start): parked shards wait for a leader until then. Default: none. */
@@ -36,7 +39,7 @@ export interface QueryBatcherOptions {
   readonly signal?: AbortSignal;
 }
 
-const OPTION_KEYS = ['batchSize', 'concurrency', 'fields', 'minHosts', 'maxRetries', 'timeoutMs', 'signal'];
+const OPTION_KEYS = ['batchSize', 'concurrency', 'fields', 'priority', 'minHosts', 'maxRetries', 'timeoutMs', 'signal'];
 
 export interface QueryBatch {
   readonly jobBatchNumber: number;
@@ -145,6 +148,9 @@ export class QueryBatcher {
     this.batchSize = intOption('batchSize', opts.batchSize, 1000);
     intOption('concurrency', opts.concurrency, 1);
     intOption('timeoutMs', opts.timeoutMs, 1);
+    if (opts.priority !== undefined && !PriorityName.safeParse(opts.priority).success) {
+      throw new ShardexError('SHX_BAD_CONFIG', `priority must be a name matching [A-Za-z0-9_.-]{1,64}, got ${JSON.stringify(opts.priority)}`);
+    }
     const minHosts = intOption('minHosts', opts.minHosts, client.minHosts);
     if (client.gateway !== undefined && minHosts !== 1) throw new ShardexError('SHX_BAD_CONFIG', `minHosts must be 1 with connection "gateway", got ${minHosts}`);
     this.job = {
@@ -290,7 +296,7 @@ export class QueryBatcher {
         this.job,
         this.collection,
         shard,
-        { q: this.query, after, limit: this.batchSize, ...(this.o.fields && { fields: this.o.fields }) },
+        { q: this.query, after, limit: this.batchSize, ...(this.o.fields && { fields: this.o.fields }), ...(this.o.priority !== undefined && { priority: this.o.priority }) },
         {
           spread: shardBatch,
           signal: this.requestSignal,

@@ -102,7 +102,10 @@ export interface ReadOptions extends RequestOptions {
    * version for every shard, or `shard1:v1,shard2:v2`.
    */
   readonly minVersion?: number | string;
-  /** Read-balancer priority, passed to the node. */
+  /**
+   * Read-balancer priority, passed to the node, which holds the read to the priority's slots. An
+   * eventual read with a priority goes through a node (its eventual router picks the reader).
+   */
   readonly priority?: string;
 }
 

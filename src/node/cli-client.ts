@@ -217,8 +217,12 @@ async function importFile(client: ShardexClient, collection: string, file: strin
 
 // ---- export -------------------------------------------------------------------------------
 
-async function exportCollection(client: ShardexClient, collection: string, o: { query: string; fields?: string; batchSize: number }): Promise<void> {
-  const job = client.queryBatcher(collection, o.query, { batchSize: o.batchSize, ...(o.fields && { fields: o.fields.split(',').map((f) => f.trim()).filter(Boolean) }) });
+async function exportCollection(client: ShardexClient, collection: string, o: { query: string; fields?: string; batchSize: number; priority?: string }): Promise<void> {
+  const job = client.queryBatcher(collection, o.query, {
+    batchSize: o.batchSize,
+    ...(o.fields && { fields: o.fields.split(',').map((f) => f.trim()).filter(Boolean) }),
+    ...(o.priority !== undefined && { priority: o.priority }),
+  });
   let broken = false;
   process.stdout.on('error', () => {
     // The reader went away (e.g. `| head`): stop quietly.
@@ -373,8 +377,9 @@ export function registerClientCommands(program: Command): void {
       .argument('<collection>', 'collection name')
       .option('--query <q>', 'query selecting the documents', '*')
       .option('--fields <list>', 'comma-separated fields to return')
-      .option('--batch-size <n>', 'documents per page and shard', intArg('--batch-size', 1), 1000),
-  ).action(async function (this: Command, collection: string, o: ConnectOptions & { query: string; fields?: string; batchSize: number }) {
+      .option('--batch-size <n>', 'documents per page and shard', intArg('--batch-size', 1), 1000)
+      .option('--priority <p>', 'read-balancer priority of every page'),
+  ).action(async function (this: Command, collection: string, o: ConnectOptions & { query: string; fields?: string; batchSize: number; priority?: string }) {
     await withClient(this, o, (client) => exportCollection(client, collection, o));
   });
 
