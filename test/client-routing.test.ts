@@ -84,9 +84,24 @@ describe('delete', () => {
     expect(res.deleted).toBe(3);
     const dels = net.calls.filter((c) => c.method === 'DELETE');
     for (const d of dels) {
-      const id = decodeURIComponent(d.path.split('/').pop()!);
+      const url = new URL(d.path, 'http://x');
+      const id = decodeURIComponent(url.pathname.split('/').pop()!);
       expect(d.host).toBe(net.leaderOf(net.shardOf(id)));
+      // Each attempt tells the node how long the client waits for it.
+      expect(Number(url.searchParams.get('timeoutMs'))).toBeGreaterThan(0);
     }
+  });
+
+  it('tells the node what is left of the operation\'s deadline, so that its forwards end with it', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net, { requestTimeoutMs: 60_000 });
+    await client.add('docs', [{ id: 'a' }], { timeoutMs: 5000 });
+    await client.add('docs', [{ id: 'b' }], { minRf: 2 });
+    const [first, second] = net.docPosts().map((p) => new URL(p.path, 'http://x').searchParams);
+    expect(Number(first!.get('timeoutMs'))).toBeGreaterThan(0);
+    expect(Number(first!.get('timeoutMs'))).toBeLessThanOrEqual(5000);
+    // Without a deadline: the per-request timeout.
+    expect(Object.fromEntries(second!)).toEqual({ timeoutMs: '60000', minRf: '2' });
   });
 });
 

@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CommandDistributor, type UpdateOutcome, type UpdateTransport } from '../src/distrib/distributor.js';
 import type { ShardUpdate, ShardUpdateResult } from '../src/transport/index.js';
 import { ShardexError, type ErrorCode } from '../src/errors.js';
+import { Deadline } from '../src/distrib/retry.js';
 
 const ok = (rf = 1): UpdateOutcome => ({ ok: true, result: { rf } });
 const fail = (code: ErrorCode, message = `failed with ${code}`): UpdateOutcome => ({ ok: false, error: new ShardexError(code, message) });
@@ -283,6 +284,47 @@ describe('retries', () => {
     const e = await rejection(d.submit('n1', update('a'), { maxRetries: 5 }));
     expect(t.sends).toBe(1);
     expect(e.code).toBe('SHX_INTERNAL');
+  });
+});
+
+describe('deadlines', () => {
+  it('schedules no retry whose pause would end past the update\'s deadline: the last failure is final', async () => {
+    vi.useFakeTimers({ now: 1_000_000 });
+    const t = new FakeTransport(() => fail('SHX_UNAVAILABLE'));
+    const d = new CommandDistributor({ transport: t, backoff: (n) => 100 * n, flushOps: 1, lingerMs: 0 });
+    distributors.push(d);
+    // Sent at 0; retry after 100 (ends before 250); the next pause, 200, would end at 300.
+    const p = rejection(d.submit('n2', update('a'), { maxRetries: 25, deadline: Deadline.after(250) }));
+    await vi.runAllTimersAsync();
+    expect((await p).code).toBe('SHX_UNAVAILABLE');
+    expect(t.attempts('a')).toBe(2);
+    expect(d.stats).toMatchObject({ retried: 1, failed: 1 });
+  });
+
+  it('does not send an update whose deadline passed while it waited for a slot', async () => {
+    vi.useFakeTimers({ now: 1_000_000 });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const sent: string[] = [];
+    const transport: UpdateTransport = {
+      send: async (_dest, updates) => {
+        sent.push(...updates.map(nameOf));
+        if (updates.some((u) => nameOf(u) === 'slow')) await gate;
+        return updates.map(() => ok());
+      },
+    };
+    const d = new CommandDistributor({ transport, backoff: instant, flushOps: 1, lingerMs: 0, maxInFlight: 1 });
+    distributors.push(d);
+    const slow = d.submit('n2', update('slow'), { maxRetries: 0 });
+    await vi.advanceTimersByTimeAsync(1);
+    const late = rejection(d.submit('n2', update('late'), { maxRetries: 3, deadline: Deadline.after(100) }));
+    await vi.advanceTimersByTimeAsync(150);
+    release();
+    await slow;
+    const err = await late;
+    expect(err.code).toBe('SHX_TIMEOUT');
+    expect(err.message).toMatch(/waited past its deadline and was not sent/);
+    expect(sent).toEqual(['slow']);
   });
 });
 

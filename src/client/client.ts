@@ -9,7 +9,7 @@ import { Agent } from 'node:https';
 import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { checkId, toAddOps } from '../distrib/documents.js';
-import { exponentialBackoff, type BackoffPolicy } from '../distrib/retry.js';
+import { Deadline, exponentialBackoff, type BackoffPolicy } from '../distrib/retry.js';
 import { groupByShard } from '../distrib/update-processor.js';
 import { ShardexError, isShardexError } from '../errors.js';
 import { ClusterSnapshot, type NodeView } from './cluster-state.js';
@@ -316,13 +316,14 @@ export class ShardexClient {
   }
 
   /** Runs `fn` under the caller's signal and `timeoutMs` deadline (SHX_TIMEOUT when it passes). */
-  private async withDeadline<T>(opts: RequestOptions, what: string, fn: (signal: AbortSignal | undefined) => Promise<T>): Promise<T> {
+  private async withDeadline<T>(opts: RequestOptions, what: string, fn: (signal: AbortSignal | undefined, until: Deadline | undefined) => Promise<T>): Promise<T> {
     if (this.closed) throw new ShardexError('SHX_UNAVAILABLE', 'the client is closed');
+    const until = opts.timeoutMs !== undefined ? Deadline.after(opts.timeoutMs) : undefined;
     const deadline = opts.timeoutMs !== undefined ? AbortSignal.timeout(opts.timeoutMs) : undefined;
     const signals = [opts.signal, deadline].filter((s): s is AbortSignal => s !== undefined);
     const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
     try {
-      return await fn(signal);
+      return await fn(signal, until);
     } catch (err) {
       if (deadline?.aborted && !opts.signal?.aborted) {
         // Say why it did not complete: the last attempt that failed, if one did.
@@ -334,27 +335,42 @@ export class ShardexClient {
     }
   }
 
+  /**
+   * How long one attempt of an update may take: the per-request timeout, or what is left of the
+   * operation's deadline if that is less. The node is told (`timeoutMs`), so that its forwards to
+   * the leader and their retries end when the client stops waiting for this attempt.
+   */
+  private attemptMs(until: Deadline | undefined): number {
+    return until === undefined ? this.requestTimeoutMs : Math.max(1, Math.min(this.requestTimeoutMs, until.remainingMs()));
+  }
+
+  private updateQuery(minRf: number | undefined, attemptMs: number): string {
+    const p = new URLSearchParams({ timeoutMs: String(attemptMs) });
+    if (minRf !== undefined) p.set('minRf', String(minRf));
+    return `?${p}`;
+  }
+
   /** Posts one shard's documents to that shard's leader (used by add and the write batcher). */
   postShard(
     job: JobContext,
     collection: string,
     shard: string,
     docs: readonly unknown[],
-    o: { minRf?: number; spread: number; onFailure?: (f: AttemptFailure) => void; signal?: AbortSignal | undefined },
+    o: { minRf?: number; spread: number; onFailure?: (f: AttemptFailure) => void; signal?: AbortSignal | undefined; until?: Deadline | undefined },
   ): Promise<Outcome<ShardWrite & { host: string }>> {
-    const query = o.minRf !== undefined ? `?minRf=${o.minRf}` : '';
     return this.executor.run(job, {
       route: { to: 'leader', collection, shard, spread: o.spread },
       update: true,
       ...(o.onFailure && { onFailure: o.onFailure }),
       ...(o.signal && { signal: o.signal }),
       send: async (host) => {
+        const timeoutMs = this.attemptMs(o.until);
         const { body } = await httpCall<{ added: number; rf: number; versions: Record<string, number>; minRfMet?: boolean }>(this.fetchFn, {
           method: 'POST',
           host: host!,
-          path: `/api/collections/${enc(collection)}/docs${query}`,
+          path: `/api/collections/${enc(collection)}/docs${this.updateQuery(o.minRf, timeoutMs)}`,
           body: docs,
-          timeoutMs: this.requestTimeoutMs,
+          timeoutMs,
           ...(o.signal && { signal: o.signal }),
         });
         return { host: host!, added: body.added, rf: body.rf, versions: body.versions ?? {}, minRfMet: body.minRfMet !== false };
@@ -415,7 +431,7 @@ export class ShardexClient {
   async add(collection: string, docs: readonly unknown[], opts: WriteOptions = {}): Promise<AddResult & { minRfMet: boolean }> {
     // Shape and ids first, without the cluster; then the field values against the collection's schema.
     toAddOps(docs);
-    return this.withDeadline(opts, `adding ${docs.length} document(s) to ${collection}`, async (signal) => {
+    return this.withDeadline(opts, `adding ${docs.length} document(s) to ${collection}`, async (signal, until) => {
       const s = await this.collectionState(collection);
       const ops = toAddOps(docs, s.schema(collection));
       const groups = groupByShard(s.router(collection), ops);
@@ -424,7 +440,7 @@ export class ShardexClient {
       const spread = this.nextSpread();
       const outcomes = await Promise.all(
         [...groups].map(([shard, group]) =>
-          limit(() => this.postShard(job, collection, shard, group.map((op) => op.doc), { ...(opts.minRf !== undefined && { minRf: opts.minRf }), spread, signal })),
+          limit(() => this.postShard(job, collection, shard, group.map((op) => op.doc), { ...(opts.minRf !== undefined && { minRf: opts.minRf }), spread, signal, until })),
         ),
       );
       return mergeWrites(outcomes, [...groups.keys()], ops.length);
@@ -434,12 +450,11 @@ export class ShardexClient {
   /** Deletes documents by id, each sent to its shard's leader. */
   async delete(collection: string, ids: readonly string[], opts: WriteOptions = {}): Promise<DeleteResult> {
     for (const id of ids) checkId(id);
-    return this.withDeadline(opts, `deleting ${ids.length} document(s) from ${collection}`, async (signal) => {
+    return this.withDeadline(opts, `deleting ${ids.length} document(s) from ${collection}`, async (signal, until) => {
       const s = await this.collectionState(collection);
       const router = s.router(collection);
       const job = this.singleOp();
       const limit = pLimit(this.concurrency);
-      const query = opts.minRf !== undefined ? `?minRf=${opts.minRf}` : '';
       const versions: Record<string, number> = {};
       const outcomes = await Promise.all(
         ids.map((id, i) =>
@@ -448,16 +463,18 @@ export class ShardexClient {
               route: { to: 'leader', collection, shard: router.route(id).shard, spread: i },
               update: true,
               ...(signal && { signal }),
-              send: async (host) =>
-                (
+              send: async (host) => {
+                const timeoutMs = this.attemptMs(until);
+                return (
                   await httpCall<{ version: number }>(this.fetchFn, {
                     method: 'DELETE',
                     host: host!,
-                    path: `/api/collections/${enc(collection)}/docs/${enc(id)}${query}`,
-                    timeoutMs: this.requestTimeoutMs,
+                    path: `/api/collections/${enc(collection)}/docs/${enc(id)}${this.updateQuery(opts.minRf, timeoutMs)}`,
+                    timeoutMs,
                     ...(signal && { signal }),
                   })
-                ).body,
+                ).body;
+              },
             });
             if (out.ok) versions[id] = out.value.version;
             return out;

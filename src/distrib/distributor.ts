@@ -6,7 +6,7 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import type { Logger } from 'pino';
 import { ShardexError } from '../errors.js';
 import type { ShardUpdate, ShardUpdateResult } from '../transport/index.js';
-import { isTransient, linearBackoff, type BackoffPolicy } from './retry.js';
+import { isTransient, linearBackoff, nextPause, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
 
 export type UpdateOutcome = { ok: true; result: ShardUpdateResult } | { ok: false; error: ShardexError };
 
@@ -20,6 +20,8 @@ export interface SubmitOptions {
   readonly maxRetries: number;
   /** Looks the destination up again before a retry (a forward follows a new leader). */
   readonly resolveDest?: () => string | undefined;
+  /** No retry is scheduled past it, and an update still waiting when it passes is not sent. */
+  readonly deadline?: Deadline | undefined;
 }
 
 export interface DistributorOptions {
@@ -79,7 +81,7 @@ export class CommandDistributor {
     this.limit = pLimit(opts.maxInFlight ?? 16);
     this.flushOps = opts.flushOps ?? 1000;
     this.lingerMs = opts.lingerMs ?? 2;
-    this.backoff = opts.backoff ?? linearBackoff();
+    this.backoff = opts.backoff ?? withJitter(linearBackoff());
     this.onOutcome = opts.onOutcome;
   }
 
@@ -125,6 +127,13 @@ export class CommandDistributor {
       for (const item of items) item.reject(shuttingDown());
       return;
     }
+    // An update whose deadline passed while it waited for a slot is not sent: its sender gave up.
+    const expired = items.filter((i) => i.opts.deadline?.passed);
+    if (expired.length > 0) {
+      for (const item of expired) this.failed(item, new ShardexError('SHX_TIMEOUT', `the update to ${dest} waited past its deadline and was not sent`));
+      items = items.filter((i) => !i.opts.deadline?.passed);
+      if (items.length === 0) return;
+    }
     this.stats.inFlight++;
     this.stats.maxInFlightSeen = Math.max(this.stats.maxInFlightSeen, this.stats.inFlight);
     this.stats.sent++;
@@ -149,11 +158,11 @@ export class CommandDistributor {
   }
 
   private failed(item: Pending, error: ShardexError): void {
-    if (!this.closed && isTransient(error) && item.attempts < item.opts.maxRetries) {
+    const pause = this.closed ? undefined : nextPause({ maxRetries: item.opts.maxRetries, backoff: this.backoff }, error, item.attempts + 1, item.opts.deadline);
+    if (pause !== undefined) {
       item.attempts++;
       this.stats.retried++;
       this.onOutcome?.(item.dest, 'retried');
-      const pause = this.backoff(item.attempts);
       this.log?.warn({ dest: item.dest, attempt: item.attempts, err: error.message, pauseMs: pause }, 'retrying update');
       const timer = setTimeout(() => {
         this.retrying.delete(timer);

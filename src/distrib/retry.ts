@@ -1,6 +1,10 @@
-// The one retry policy of Shardex: which failures are transient, and how long to pause.
-// Used by the command distributor (node to node) and by the smart client (client to node).
-import { isShardexError } from '../errors.js';
+// The one retry policy of Shardex: which failures are transient, how long to pause (with
+// jitter), how many retries, and one deadline that bounds them all. `retry` runs an async
+// attempt under it (forwards to a leader, recovery); `nextPause` gives the same decision to loops
+// driven by timers (the command distributor); the smart client's executor uses the
+// classification and the backoff. A deadline is a point on this process's clock, and crosses
+// processes as the time remaining (`timeoutMs`), so no clocks need to agree.
+import { ShardexError, isShardexError } from '../errors.js';
 
 /** Socket-level error codes that mean "the host did not answer", not "the request was bad". */
 export const HOST_UNAVAILABLE_CODES: readonly string[] = [
@@ -81,3 +85,78 @@ export const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
     };
     signal?.addEventListener('abort', onAbort, { once: true });
   });
+
+/** Scales each pause down by up to `fraction` at random, so that retries started together spread out. */
+export function withJitter(backoff: BackoffPolicy, fraction = 0.2, random: () => number = Math.random): BackoffPolicy {
+  return (attempt) => Math.round(backoff(attempt) * (1 - fraction * random()));
+}
+
+/** The time by which an operation, its retries included, must be over. */
+export class Deadline {
+  private constructor(readonly at: number) {}
+
+  /** `ms` from now on this process's clock. */
+  static after(ms: number): Deadline {
+    return new Deadline(Date.now() + ms);
+  }
+
+  /** The earlier of two deadlines (either may be absent). */
+  static earliest(a: Deadline | undefined, b: Deadline | undefined): Deadline | undefined {
+    if (a === undefined) return b;
+    if (b === undefined) return a;
+    return a.at <= b.at ? a : b;
+  }
+
+  remainingMs(): number {
+    return Math.max(0, this.at - Date.now());
+  }
+
+  get passed(): boolean {
+    return Date.now() >= this.at;
+  }
+}
+
+export interface RetryPolicy {
+  /** Retries after the first attempt (Infinity: until the deadline). */
+  readonly maxRetries: number;
+  readonly backoff: BackoffPolicy;
+  /** Failures another attempt may cure; default `isTransient`. */
+  readonly retryable?: (err: unknown) => boolean;
+}
+
+/**
+ * After the n-th failed attempt (n >= 1): the pause before the next one, or undefined when the
+ * failure is final (not retryable, no retry left, or the pause would end past the deadline).
+ */
+export function nextPause(policy: RetryPolicy, err: unknown, failures: number, deadline?: Deadline): number | undefined {
+  if (failures > policy.maxRetries) return undefined;
+  if (!(policy.retryable ?? isTransient)(err)) return undefined;
+  const pause = policy.backoff(failures);
+  if (deadline !== undefined && Date.now() + pause >= deadline.at) return undefined;
+  return pause;
+}
+
+export interface RetryOptions {
+  readonly deadline?: Deadline | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Told of each failure another attempt follows, with the pause before it. */
+  readonly onRetry?: (err: unknown, failures: number, pauseMs: number) => void;
+}
+
+/**
+ * Runs `attempt` (given its number, from 1) until it succeeds or fails for good; throws the last
+ * failure. A deadline already passed fails with SHX_TIMEOUT before any attempt (nothing was done).
+ */
+export async function retry<T>(attempt: (n: number) => Promise<T>, policy: RetryPolicy, o: RetryOptions = {}): Promise<T> {
+  if (o.deadline?.passed) throw new ShardexError('SHX_TIMEOUT', 'the deadline passed before the first attempt; nothing was done');
+  for (let n = 1; ; n++) {
+    try {
+      return await attempt(n);
+    } catch (err) {
+      const pause = nextPause(policy, err, n, o.deadline);
+      if (pause === undefined) throw err;
+      o.onRetry?.(err, n, pause);
+      await sleep(pause, o.signal);
+    }
+  }
+}

@@ -21,7 +21,7 @@ import type { CommandDistributor } from './distributor.js';
 import { admitOps } from './documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import type { ShardReplica } from './replica.js';
-import { isTransient, linearBackoff, sleep, type BackoffPolicy } from './retry.js';
+import { linearBackoff, retry, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
 import type { ShardEffect } from './shard-state.js';
 
 /** Error codes that prove nothing was applied anywhere (README: definite refusals). */
@@ -96,7 +96,7 @@ export class UpdateProcessor {
 
   constructor(opts: UpdateProcessorOptions) {
     this.o = opts;
-    this.backoff = opts.backoff ?? linearBackoff();
+    this.backoff = opts.backoff ?? withJitter(linearBackoff());
   }
 
   private collection(name: string): CollectionState {
@@ -105,12 +105,16 @@ export class UpdateProcessor {
     return state;
   }
 
-  /** Phase NONE: a client's update arriving at any node. */
-  async update(collection: string, ops: readonly WireOp[], minRf = 1): Promise<UpdateResponse> {
+  /**
+   * Phase NONE: a client's update arriving at any node. `deadline` (the client's `timeoutMs`)
+   * bounds the forwards to the leaders and their retries; a leader's fan-out to its replicas
+   * runs to its own end whatever the client's deadline, so that no replica is marked down for it.
+   */
+  async update(collection: string, ops: readonly WireOp[], minRf = 1, deadline?: Deadline): Promise<UpdateResponse> {
     const state = this.collection(collection);
     const groups = groupByShard(routerOf(state), ops);
     const settled = await Promise.allSettled(
-      [...groups].map(([shard, group]) => this.sendToLeader(collection, shard, group, minRf)),
+      [...groups].map(([shard, group]) => this.sendToLeader(collection, shard, group, minRf, deadline)),
     );
     // No prototype: an id such as "__proto__" is plain data here.
     const versions: Record<string, number> = Object.create(null) as Record<string, number>;
@@ -139,29 +143,31 @@ export class UpdateProcessor {
     return { rf, versions, minRfMet: rf >= minRf };
   }
 
-  private async sendToLeader(collection: string, shard: string, ops: WireOp[], minRf: number): Promise<ShardUpdateResult> {
+  private async sendToLeader(collection: string, shard: string, ops: WireOp[], minRf: number, deadline: Deadline | undefined): Promise<ShardUpdateResult> {
     const update: ShardUpdate = { collection, shard, phase: 'TOLEADER', epoch: 0, ops, minRf, from: this.o.self, requestId: currentRequestId() };
-    const retries = this.o.forwardRetries ?? 25;
     let maybeApplied = false;
-    for (let attempt = 0; ; attempt++) {
+    const attempt = async (): Promise<ShardUpdateResult> => {
       try {
         // Look the leader up again before every try: it may have changed (Solr's ForwardNode).
         const leader = this.o.coordinator.leader(collection, shard);
         if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
         if (leader.node === this.o.self) return await this.toLeader(update);
         this.o.onForward?.('TOLEADER', ops.length);
-        return await this.o.distributor.submit(leader.node, update, { maxRetries: 0 });
+        return await this.o.distributor.submit(leader.node, update, { maxRetries: 0, deadline });
       } catch (err) {
         if (!isDefiniteRefusal(err)) maybeApplied = true;
-        if (!isTransient(err) || attempt >= retries) {
-          // An earlier try may have been applied: a later definite refusal does not undo it.
-          if (maybeApplied && err instanceof ShardexError && err.status >= 500) {
-            throw new ShardexError('SHX_INDETERMINATE', `the update to ${collection}/${shard} may or may not stand: ${err.message}`, { cause: err });
-          }
-          throw err;
-        }
-        await sleep(this.backoff(attempt + 1));
+        throw err;
       }
+    };
+    try {
+      // The request's deadline bounds the forwards: none is tried once the client has given up.
+      return await retry(attempt, { maxRetries: this.o.forwardRetries ?? 25, backoff: this.backoff }, { deadline });
+    } catch (err) {
+      // An earlier try may have been applied: a later definite refusal does not undo it.
+      if (maybeApplied && err instanceof ShardexError && err.status >= 500) {
+        throw new ShardexError('SHX_INDETERMINATE', `the update to ${collection}/${shard} may or may not stand: ${err.message}`, { cause: err });
+      }
+      throw err;
     }
   }
 
