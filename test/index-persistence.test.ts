@@ -217,6 +217,20 @@ describe('a replica index on disk', () => {
     expect(report.method).toBe('rebuilt');
   });
 
+  it('keeps the index and the documents in step when a write lands while a reset runs', async () => {
+    const { replica, index } = await openReplica();
+    await replica.apply([put(1), put(2)]);
+    await index.checkpoint();
+    // A full copy resets the replica; a write arrives meanwhile (the leader's fan-out goes on).
+    const resetting = replica.reset();
+    const landing = replica.apply([put(7)]);
+    await Promise.all([resetting, landing]);
+    const stored = (await replica.store.get('d7')) !== undefined;
+    expect(index.index.has('d7')).toBe(stored);
+    expect(index.index.has('d1')).toBe(false);
+    expect((await replica.store.get('d1'))).toBeUndefined();
+  });
+
   it('writes a segment when the policy says so, and not before', async () => {
     const store = await ReplicaStore.open(tmp.dir);
     stores.push(store);

@@ -121,11 +121,12 @@ export class ShardReplica {
   }
 
   /**
-   * Drops everything (before a full copy from the leader); the fence stays. The index goes first:
-   * a persisted index of the old data must never outlive it.
+   * Drops everything (before a full copy from the leader); the fence stays. The index goes first
+   * (a persisted index of the old data must never outlive it), at the store's turn: no write
+   * lands between the two.
    */
   async reset(): Promise<void> {
-    await this.index?.clear();
-    await this.store.clear();
+    const index = this.index;
+    await this.store.clear(index ? () => index.clear() : undefined);
   }
 }

@@ -793,10 +793,23 @@ export class ReplicaStore {
     this.logCount = logCount;
   }
 
-  /** Removes everything (before a full copy from the leader). */
-  async clear(): Promise<void> {
-    await this.decideChain;
-    await this.flush();
+  /**
+   * Removes everything (before a full copy from the leader). It takes its turn among the applies:
+   * those decided before it are on disk (and told to the sink) first, those called meanwhile are
+   * decided after it. `beforeClear` runs in between, once the sink was told everything it will
+   * lose (the search index clears itself there), so index and documents never disagree.
+   */
+  clear(beforeClear?: () => void | Promise<void>): Promise<void> {
+    const run = this.decideChain.then(async () => {
+      await this.flush();
+      await beforeClear?.();
+      await this.wipe();
+    });
+    this.decideChain = run.catch(() => undefined);
+    return run;
+  }
+
+  private async wipe(): Promise<void> {
     await this.db.clear();
     this.known.clear();
     this.liveDocs = 0;
