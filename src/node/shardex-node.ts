@@ -15,7 +15,7 @@ import { distributedSearch, servePhase, type SearchParams, type SearchResponse, 
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
 import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
-import { linearBackoff, sleep, type BackoffPolicy } from '../distrib/retry.js';
+import { linearBackoff, sleep, withJitter, type BackoffPolicy, type Deadline } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
 import { READ_BALANCE_CONFIG, PriorityName, eraseSettings, parseStoredSettings, storedSettings, upsertSetting } from '../read/balance-settings.js';
@@ -632,7 +632,7 @@ export class ShardexNode {
           return;
         } catch (err) {
           this.log.warn({ replica: replica.key, attempt, err: (err as Error).message }, 'recovery attempt failed; retrying');
-          await sleep(Math.min(100 * attempt, 2000));
+          await sleep(RECOVERY_BACKOFF(attempt));
         }
       }
     } finally {
@@ -672,7 +672,7 @@ export class ShardexNode {
             this.log.debug({ replica: replica.key, err: (err as Error).message }, 'catch-up with the new leader failed; retrying');
           }
         }
-        await sleep(Math.min(50 * attempt, 1000));
+        await sleep(CATCH_UP_BACKOFF(attempt));
       }
     } finally {
       replica.catchingUp = false;
@@ -760,8 +760,9 @@ export class ShardexNode {
     });
   }
 
-  update(collection: string, ops: readonly WireOp[], minRf?: number): Promise<UpdateResponse> {
-    return this.processor.update(collection, ops, minRf);
+  /** An update from a client; `deadline` (its `timeoutMs`) bounds the forwards to the leaders. */
+  update(collection: string, ops: readonly WireOp[], minRf?: number, deadline?: Deadline): Promise<UpdateResponse> {
+    return this.processor.update(collection, ops, minRf, deadline);
   }
 
   private onPeerUpdate(u: ShardUpdate): Promise<ShardUpdateResult> {
@@ -1139,3 +1140,7 @@ function balanceInfo(permit: ReadPermit): ReadBalanceInfo | undefined {
   if (!permit.balanced || permit.priority === undefined) return undefined;
   return { priority: permit.priority, targets: permit.targets, waitedMs: Math.round(permit.waitedMs * 100) / 100 };
 }
+
+/** Pauses between recovery attempts, and between tries to catch up with a new leader (the shared linear backoff, with jitter). */
+const RECOVERY_BACKOFF = withJitter(linearBackoff(100, 2000));
+const CATCH_UP_BACKOFF = withJitter(linearBackoff(50, 1000));

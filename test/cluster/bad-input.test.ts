@@ -370,6 +370,25 @@ describe('query parameters', () => {
     await rejected(() => http('DELETE', docUrl('known-1', '?minRf=zero')), { status: 400, says: ['minRf'] });
   });
 
+  for (const timeoutMs of ['0', '-5', 'soon', '1.5', '', '600001']) {
+    it(`refuses timeoutMs=${JSON.stringify(timeoutMs)} on a write, writing nothing`, async () => {
+      await rejected(() => http('POST', docsUrl(`?timeoutMs=${encodeURIComponent(timeoutMs)}`), [{ id: 'to-1' }]), {
+        status: 400,
+        says: ['timeoutMs must be an integer from 1 to 600000'],
+        absent: ['to-1'],
+      });
+    });
+  }
+
+  it('refuses a bad timeoutMs on a delete, deleting nothing', async () => {
+    await rejected(() => http('DELETE', docUrl('known-1', '?timeoutMs=later')), { status: 400, says: ['timeoutMs'] });
+  });
+
+  it('takes a good timeoutMs on a write', async () => {
+    const res = await http('POST', docsUrl('?timeoutMs=30000'), [{ id: 'to-ok' }]);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+  });
+
   for (const distrib of ['yes', '1', 'TRUE', '']) {
     it(`refuses distrib=${JSON.stringify(distrib)}`, async () => {
       await rejected(() => http('GET', docUrl('known-1', `?distrib=${distrib}`)), { status: 400, says: ['distrib must be true or false'] });

@@ -2,6 +2,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { checkId, toAddOps } from '../../distrib/documents.js';
 import { ShardexError } from '../../errors.js';
+import { Deadline } from '../../distrib/retry.js';
 import { PriorityName } from '../../read/balance-settings.js';
 import { parseMinVersion } from '../../read/eventual.js';
 import { MAX_READ_TIMEOUT_MS, type BalancedRead, type ReadOptions } from '../shardex-node.js';
@@ -80,7 +81,7 @@ export function parseReadOptions(q: ReadQuery): ReadOptions & { distrib?: boolea
 export const DOCS_ROUTE = '/api/collections/:c/docs';
 
 export const docRoutes: FastifyPluginAsync = async (app) => {
-  app.post<{ Params: { c: string }; Querystring: { minRf?: string } }>(DOCS_ROUTE, { config: { access: 'write' } }, async (req) => {
+  app.post<{ Params: { c: string }; Querystring: { minRf?: string; timeoutMs?: string } }>(DOCS_ROUTE, { config: { access: 'write' } }, async (req) => {
     const c = checkCollectionName(req.params.c);
     app.shardex.collectionState(c);
     const minRf = parseMinRf(req.query.minRf);
@@ -91,7 +92,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     // Sizes, then admission: every document, whole, before any phase starts.
     checkBatchLimits(docs, Array.isArray(body) ? 2 : 1, app.limits, ndjson?.lines);
     const ops = toAddOps(docs, app.shardex.schemaOf(c), ndjson?.lines);
-    const res = await app.shardex.update(c, ops, minRf);
+    const res = await app.shardex.update(c, ops, minRf, updateDeadline(req.query.timeoutMs));
     return {
       added: ops.length,
       rf: res.rf,
@@ -100,12 +101,12 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     };
   });
 
-  app.delete<{ Params: { c: string; id: string }; Querystring: { minRf?: string } }>('/api/collections/:c/docs/:id', { config: { access: 'write' } }, async (req) => {
+  app.delete<{ Params: { c: string; id: string }; Querystring: { minRf?: string; timeoutMs?: string } }>('/api/collections/:c/docs/:id', { config: { access: 'write' } }, async (req) => {
     const c = checkCollectionName(req.params.c);
     app.shardex.collectionState(c);
     const id = checkId(req.params.id);
     const minRf = parseMinRf(req.query.minRf);
-    const res = await app.shardex.update(c, [{ id, doc: null }], minRf);
+    const res = await app.shardex.update(c, [{ id, doc: null }], minRf, updateDeadline(req.query.timeoutMs));
     return { id, version: res.versions[id], rf: res.rf, ...(!res.minRfMet && { minRfMet: false }) };
   });
 
@@ -149,3 +150,19 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
     return { commit: await app.shardex.commit(c) };
   });
 };
+
+/**
+ * An update's `timeoutMs`: how long its sender waits. The forwards to the shard leaders, and
+ * their retries, end by then; the leader's fan-out to its replicas does not (see update-processor).
+ */
+function updateDeadline(v: unknown): Deadline | undefined {
+  if (v === undefined) return undefined;
+  const ms = typeof v === 'string' && v.trim() !== '' ? Number(v) : NaN;
+  if (!Number.isInteger(ms) || ms < 1 || ms > MAX_UPDATE_TIMEOUT_MS) {
+    throw new ShardexError('SHX_BAD_REQUEST', `timeoutMs must be an integer from 1 to ${MAX_UPDATE_TIMEOUT_MS} (milliseconds), got ${JSON.stringify(v)}; nothing was done`);
+  }
+  return Deadline.after(ms);
+}
+
+/** The longest update deadline a request may ask for: 10 minutes. */
+const MAX_UPDATE_TIMEOUT_MS = 600_000;
