@@ -1,8 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ShardexError } from '../src/errors.js';
 import {
+  PriorityName,
+  TargetName,
   eraseSettings,
   filterSettings,
+  isBalanceName,
   parseFilter,
   parseSetting,
   parseStoredSettings,
@@ -10,7 +13,7 @@ import {
   upsertSetting,
 } from '../src/read/balance-settings.js';
 import { PRIMARY_TARGET, type BalanceSetting } from '../src/read/balancer.js';
-import { ReadBalancerRuntime, coordinatorSettingsSource, type ReadAcquire, type SettingsSource } from '../src/read/balancer-runtime.js';
+import { ReadBalancerRuntime, coordinatorSettingsSource, type CancelSignal, type ReadAcquire, type ReadPermit, type SettingsSource } from '../src/read/balancer-runtime.js';
 
 const setting = (priority: string, target: string, weight: number, slots: number): BalanceSetting => ({ priority, target, weight, slots });
 
@@ -38,7 +41,24 @@ async function runtime(settings: BalanceSetting[], extra: { queueSize?: number; 
   return { rt, source };
 }
 
-const onLowcost = (timeoutMs = 1000, signal?: AbortSignal): ReadAcquire => ({
+/** A CancelSignal that shows its listeners; abort() calls each once, as an AbortSignal does. */
+function countingSignal(): CancelSignal & { listeners: Set<() => void>; abort(): void } {
+  const listeners = new Set<() => void>();
+  return {
+    aborted: false,
+    listeners,
+    addEventListener: (_type, l) => void listeners.add(l),
+    removeEventListener: (_type, l) => void listeners.delete(l),
+    abort() {
+      (this as { aborted: boolean }).aborted = true;
+      const all = [...listeners];
+      listeners.clear();
+      for (const l of all) l();
+    },
+  };
+}
+
+const onLowcost = (timeoutMs = 1000, signal?: CancelSignal): ReadAcquire => ({
   priority: 'report',
   shards: [{ shard: 'shard1', targets: ['lowcost'] }],
   timeoutMs,
@@ -60,6 +80,18 @@ describe('ReadBalancerRuntime', () => {
     const p = await rt.acquire(onLowcost());
     expect(p).toMatchObject({ balanced: true, priority: 'report', targets: { shard1: 'lowcost' }, waitedMs: 0 });
     expect(taken(rt)).toBe(1);
+  });
+
+  it('admits without a promise when a slot is free, and with one when the read must wait', async () => {
+    const { rt } = await runtime([setting('report', 'lowcost', 1, 1)], { queueSize: 1 });
+    const first = rt.admit(onLowcost());
+    expect(first).not.toBeInstanceOf(Promise);
+    expect(first).toMatchObject({ balanced: true, targets: { shard1: 'lowcost' } });
+    const second = rt.admit(onLowcost());
+    expect(second).toBeInstanceOf(Promise);
+    expect(() => rt.admit(onLowcost())).toThrow(expect.objectContaining({ code: 'SHX_BUSY' }));
+    (first as ReadPermit).release();
+    expect(await second).toMatchObject({ balanced: true });
   });
 
   it('gives the slots back exactly once however often release is called', async () => {
@@ -93,6 +125,20 @@ describe('ReadBalancerRuntime', () => {
     expect(rt.queueLength('report')).toBe(0);
   });
 
+  it('still times out a queued read after an earlier one left the queue', async () => {
+    const { rt } = await runtime([setting('report', 'lowcost', 1, 1)]);
+    await rt.acquire(onLowcost());
+    const signal = countingSignal();
+    const first = rt.acquire(onLowcost(100, signal)).catch((e: unknown) => e);
+    const second = rt.acquire(onLowcost(200)).catch((e: unknown) => e);
+    vi.advanceTimersByTime(50);
+    signal.abort();
+    expect(await first).toMatchObject({ code: 'SHX_UNAVAILABLE' });
+    vi.advanceTimersByTime(150);
+    expect(await second).toMatchObject({ code: 'SHX_TIMEOUT', status: 504 });
+    expect(rt.queueLength('report')).toBe(0);
+  });
+
   it('answers 429 naming the priority when the queue is full', async () => {
     const { rt } = await runtime([setting('report', 'lowcost', 1, 1)], { queueSize: 1 });
     await rt.acquire(onLowcost());
@@ -121,6 +167,39 @@ describe('ReadBalancerRuntime', () => {
     expect(taken(rt)).toBe(1);
     p.release();
     expect(taken(rt)).toBe(1);
+  });
+
+  it('leaves no listener on the signal of a read that ran at once, once it is released', async () => {
+    const { rt } = await runtime([setting('report', 'lowcost', 1, 1)]);
+    const signal = countingSignal();
+    const p = await rt.acquire(onLowcost(1000, signal));
+    expect(signal.listeners.size).toBe(1);
+    p.release();
+    expect(signal.listeners.size).toBe(0);
+    expect(taken(rt)).toBe(0);
+  });
+
+  it('swaps the listener of a queued read for its running one when it starts, and gives its slot back on abort', async () => {
+    const { rt } = await runtime([setting('report', 'lowcost', 1, 1)]);
+    const first = await rt.acquire(onLowcost());
+    const signal = countingSignal();
+    const waiting = rt.acquire(onLowcost(1000, signal));
+    expect(signal.listeners.size).toBe(1);
+    first.release();
+    const p = await waiting;
+    expect(signal.listeners.size).toBe(1);
+    signal.abort();
+    expect(taken(rt)).toBe(0);
+    expect(signal.listeners.size).toBe(0);
+    p.release();
+    expect(taken(rt)).toBe(0);
+  });
+
+  it('adds no listener for a read that runs unbalanced', async () => {
+    const { rt } = await runtime([]);
+    const signal = countingSignal();
+    await rt.acquire(onLowcost(1000, signal));
+    expect(signal.listeners.size).toBe(0);
   });
 
   it('releases the slots of run() when the read throws', async () => {
@@ -210,6 +289,13 @@ describe('read-balance settings (SET/GET/ERASE_READ_BALANCE)', () => {
     expect(() => parseSetting('report', 'lowcost', { weight: 2, slots: 1.5 })).toThrow(/slots/);
     expect(() => parseSetting('report', 'lowcost', { weight: 2, slots: 1, extra: true })).toThrow(/extra/);
     expect(() => parseSetting('bad name', 'lowcost', { weight: 2, slots: 1 })).toThrow(/priority/);
+  });
+
+  it('checks a priority or target name without zod exactly as the schemas do', () => {
+    for (const name of ['report', 'a', 'x'.repeat(64), 'x'.repeat(65), '', 'a b', 'a/b', 'é', 'ok.name-1_', 'new\nline', 7, undefined, null]) {
+      expect(isBalanceName(name), JSON.stringify(name)).toBe(PriorityName.safeParse(name).success);
+      expect(isBalanceName(name), JSON.stringify(name)).toBe(TargetName.safeParse(name).success);
+    }
   });
 
   it('refuses a stored document with the same priority and target twice', () => {

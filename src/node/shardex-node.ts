@@ -20,7 +20,7 @@ import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/updat
 import { ShardexError } from '../errors.js';
 import { READ_BALANCE_CONFIG, PriorityName, eraseSettings, parseStoredSettings, storedSettings, upsertSetting } from '../read/balance-settings.js';
 import { PRIMARY_TARGET, allowedTargets, type BalanceSetting, type ShardNeed, type SlotRow } from '../read/balancer.js';
-import { ReadBalancerRuntime, coordinatorSettingsSource, type ReadPermit } from '../read/balancer-runtime.js';
+import { ReadBalancerRuntime, coordinatorSettingsSource, type CancelSignal, type ReadPermit } from '../read/balancer-runtime.js';
 import { EventualRouter, type ServedBy } from '../read/eventual.js';
 import { DEFAULT_GROUP } from '../read/profiles.js';
 import { ReadPath, ReaderGroupRouters, type ReadOptions as PathReadOptions, type ReadTransport } from '../read/read-path.js';
@@ -117,8 +117,11 @@ export interface BalancedRead {
    * balanced read keeps its slots until then (without one, until its result is ready). Called
    * only for a read that is balanced: unbalanced reads never pay for a signal.
    */
-  readonly endSignal?: () => AbortSignal;
+  readonly endSignal?: () => CancelSignal;
 }
+
+/** The targets of an `immediate` read's shards: one list for them all. */
+const PRIMARY_ONLY: readonly string[] = Object.freeze([PRIMARY_TARGET]);
 
 /** The permit of a read that no setting balances: it routes as before and holds nothing. */
 const UNBALANCED: ReadPermit = Object.freeze({ balanced: false, targets: Object.freeze({}), waitedMs: 0, deadline: Infinity, release: () => undefined });
@@ -805,12 +808,14 @@ export class ShardexNode {
     const priority = opts.priority ?? this.o.readBalance?.defaultPriority;
     if (priority === undefined || !this.balancedPriorities.has(priority)) return read(UNBALANCED);
     const signal = opts.endSignal?.();
-    const permit = await this.readBalance.acquire({
+    const admitted = this.readBalance.admit({
       priority,
       shards: this.readNeeds(shards, opts.consistency ?? 'immediate'),
       timeoutMs: opts.timeoutMs ?? this.readTimeoutMs,
-      ...(signal && { signal }),
+      signal,
     });
+    // Only a read that waits for its slots awaits them: an await costs more than the balancer.
+    const permit = admitted instanceof Promise ? await admitted : admitted;
     let done = false;
     try {
       const value = await read(permit);
@@ -827,7 +832,7 @@ export class ShardexNode {
    * without readers counts as down, not as absent) or the leaders.
    */
   private readNeeds(shards: readonly string[], consistency: 'immediate' | 'eventual'): ShardNeed[] {
-    const targets = consistency === 'eventual' ? allowedTargets('eventual', this.readerGroups(this.readBalance.settings())) : [PRIMARY_TARGET];
+    const targets = consistency === 'eventual' ? allowedTargets('eventual', this.readerGroups(this.readBalance.settings())) : PRIMARY_ONLY;
     return shards.map((shard) => ({ shard, targets }));
   }
 
@@ -1124,16 +1129,20 @@ function readBalancer(
   return balance;
 }
 
-/** The read-path options of a read the balancer let through: its targets, when it was placed. */
+/**
+ * The read-path options of a read the balancer let through: its targets, when it was placed.
+ * Every get and search builds one: properties are assigned, not spread.
+ */
 function pathOptions(opts: ReadOptions, permit: ReadPermit, defaultTimeoutMs: number): PathReadOptions {
-  return {
-    ...(opts.consistency !== undefined && { consistency: opts.consistency }),
-    ...(opts.scanType !== undefined && { scanType: opts.scanType }),
-    ...(opts.minVersion !== undefined && { minVersion: opts.minVersion }),
-    ...(permit.balanced && { targets: permit.targets }),
+  const o: { -readonly [K in keyof PathReadOptions]: PathReadOptions[K] } = {
     // The read's one deadline: what the balancer's queue left of it, else its own timeoutMs.
     timeoutMs: permit.balanced ? Math.max(1, permit.deadline - performance.now()) : (opts.timeoutMs ?? defaultTimeoutMs),
   };
+  if (opts.consistency !== undefined) o.consistency = opts.consistency;
+  if (opts.scanType !== undefined) o.scanType = opts.scanType;
+  if (opts.minVersion !== undefined) o.minVersion = opts.minVersion;
+  if (permit.balanced) o.targets = permit.targets;
+  return o;
 }
 
 function balanceInfo(permit: ReadPermit): ReadBalanceInfo | undefined {

@@ -14,6 +14,11 @@ export const READ_BALANCE_CONFIG = 'read_balance';
 const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
 
 export const PriorityName = z.string().regex(NAME, 'a priority name must match [A-Za-z0-9_.-]{1,64}');
+
+/** PriorityName's and TargetName's check without zod: every read's `priority=` passes through it. */
+export function isBalanceName(value: unknown): value is string {
+  return typeof value === 'string' && NAME.test(value);
+}
 /** A reader group name or `primary` (the shard leaders). */
 export const TargetName = z.string().regex(NAME, 'a target name must match [A-Za-z0-9_.-]{1,64}');
 

@@ -109,7 +109,8 @@ export function allowedTargets(consistency: 'immediate' | 'eventual', readerGrou
   return consistency === 'immediate' ? [PRIMARY_TARGET] : [...readerGroups.filter((g) => g !== PRIMARY_TARGET), PRIMARY_TARGET];
 }
 
-const key = (priority: string, target: string): string => `${priority}\u0000${target}`;
+/** No shard placed and no target held: a new request. */
+const NOTHING: ReadonlyMap<string, string> = new Map<string, string>();
 const list = (names: Iterable<string>): string => [...names].join(', ') || 'none';
 
 export class ReadBalancer {
@@ -117,7 +118,8 @@ export class ReadBalancer {
   private readonly onSlotTaken: ReadBalancerOptions['onSlotTaken'];
   private readonly onSlotReturned: ReadBalancerOptions['onSlotReturned'];
   private readonly config = new Map<string, Map<string, Slot>>();
-  private readonly taken = new Map<string, number>();
+  /** Priority -> target -> slots taken (nested rather than one joined key: no string built per lookup). */
+  private readonly taken = new Map<string, Map<string, number>>();
   private readonly queues = new Map<string, Waiting[]>();
   private readonly waiting = new Map<string, Waiting>();
   private readonly grants = new Map<number, Grant & { readonly epoch: number }>();
@@ -140,32 +142,38 @@ export class ReadBalancer {
     if (req.priority === undefined) return { kind: 'unbalanced', request: req.id, reason: 'no-priority', message: 'the read has no priority and the node no default priority' };
     const priority = req.priority;
     if (!this.config.has(priority)) return { kind: 'unbalanced', request: req.id, priority, reason: 'no-settings', message: `priority "${priority}" has no read-balance settings` };
+    if (req.deadline > now) {
+      // The usual case, every shard taking a slot at once, builds no waiting state. (A plan that
+      // places every shard means each has a usable target: the request is servable.)
+      const plan = this.plan(priority, req.shards, NOTHING, NOTHING);
+      if (plan.complete) return this.startAtOnce(req, priority, plan.placed);
+    }
     const w: Waiting = { req, priority, enqueuedAt: now, held: new Map(), placed: new Map() };
     const why = this.unservable(w);
     if (why) return { kind: 'rejected', request: req.id, priority, ...why };
     if (req.deadline <= now) return this.timedOut(w, now);
-    const plan = this.plan(w);
-    const queue = this.queues.get(priority) ?? [];
+    const plan = this.plan(priority, req.shards, w.held, w.placed);
+    const queue = this.queues.get(priority);
     // A request that can start at once never enters the queue, so only a waiting one meets the bound.
-    if (!plan.complete && queue.length >= this.queueSize) {
+    if (!plan.complete && (queue?.length ?? 0) >= this.queueSize) {
       return { kind: 'rejected', request: req.id, priority, reason: 'queue-full', message: `the read queue of priority "${priority}" is full (${this.queueSize} waiting); retry later` };
     }
     this.commit(w, plan.placed);
     if (plan.complete) return this.started(w);
-    queue.push(w);
-    this.queues.set(priority, queue);
+    if (queue) queue.push(w);
+    else this.queues.set(priority, [w]);
     this.waiting.set(req.id, w);
     return { kind: 'queued', request: req.id, priority, holding: [...w.held.values()].map(plain) };
   }
 
   /** Gives slots back (a read ended); unknown or already released grants are ignored. */
   release(grantIds: number | readonly number[]): Outcome[] {
-    const touched = new Set<string>();
+    const touched: string[] = [];
     for (const id of typeof grantIds === 'number' ? [grantIds] : grantIds) {
       const g = this.grants.get(id);
       if (!g) continue;
       this.giveBack(g);
-      touched.add(g.priority);
+      if (!touched.includes(g.priority)) touched.push(g.priority);
     }
     return this.drain(touched);
   }
@@ -271,7 +279,7 @@ export class ReadBalancer {
     for (const [priority, targets] of [...this.config].sort(([a], [b]) => compare(a, b))) {
       const queue = this.queues.get(priority) ?? [];
       for (const [target, s] of [...targets].sort(([a], [b]) => compare(a, b))) {
-        const taken = this.taken.get(key(priority, target)) ?? 0;
+        const taken = this.takenOf(priority, target);
         const queued = queue.filter((w) => w.req.shards.some((n) => !w.placed.has(n.shard) && n.targets.includes(target))).length;
         rows.push({ priority, target, weight: s.weight, up: this.isUp(target), limit: s.slots, taken, free: Math.max(0, s.slots - taken), queued });
       }
@@ -281,20 +289,24 @@ export class ReadBalancer {
 
   // ---- internals ------------------------------------------------------------------------
 
-  private free(priority: string, target: string): number {
-    const s = this.config.get(priority)?.get(target);
-    return s ? s.slots - (this.taken.get(key(priority, target)) ?? 0) : 0;
+  private takenOf(priority: string, target: string): number {
+    return this.taken.get(priority)?.get(target) ?? 0;
   }
 
   private usable(priority: string, target: string): boolean {
     return this.config.get(priority)?.has(target) === true && !this.down.has(target);
   }
 
+  private anyUsable(priority: string, targets: readonly string[]): boolean {
+    for (const t of targets) if (this.usable(priority, t)) return true;
+    return false;
+  }
+
   /** Why the request can never be placed as things stand, or undefined. */
   private unservable(w: Waiting): { reason: RejectReason; message: string } | undefined {
-    const configured = this.config.get(w.priority) ?? new Map<string, Slot>();
     for (const need of w.req.shards) {
-      if (w.placed.has(need.shard) || need.targets.some((t) => this.usable(w.priority, t))) continue;
+      if (w.placed.has(need.shard) || this.anyUsable(w.priority, need.targets)) continue;
+      const configured = this.config.get(w.priority) ?? new Map<string, Slot>();
       const allowed = need.targets.filter((t) => configured.has(t));
       const lead = `no read target of priority "${w.priority}" can serve shard ${need.shard}`;
       if (allowed.length === 0) {
@@ -310,16 +322,26 @@ export class ReadBalancer {
    * that the request already holds or that have a free slot, the highest weight; among equal
    * weights one already held (it costs no slot), then the most free slots, then the name.
    */
-  private plan(w: Waiting): { placed: Array<[string, string]>; complete: boolean } {
-    const held = new Set(w.held.keys());
+  private plan(
+    priority: string,
+    shards: readonly ShardNeed[],
+    held: ReadonlyMap<string, unknown>,
+    placedBefore: ReadonlyMap<string, string>,
+  ): { placed: Array<[string, string]>; complete: boolean } {
+    // Every admission plans: the lookups are made once, not per candidate.
+    const configured = this.config.get(priority);
+    const counts = this.taken.get(priority);
+    /** Targets this plan takes a slot on, besides those the request holds. */
+    const taking: string[] = [];
     const placed: Array<[string, string]> = [];
     let complete = true;
-    for (const need of w.req.shards) {
-      if (w.placed.has(need.shard)) continue;
-      let best: { target: string; weight: number; held: boolean; free: number } | undefined;
+    for (const need of shards) {
+      if (placedBefore.has(need.shard)) continue;
+      let best: Candidate | undefined;
       for (const target of need.targets) {
-        if (!this.usable(w.priority, target)) continue;
-        const c = { target, weight: this.config.get(w.priority)!.get(target)!.weight, held: held.has(target), free: this.free(w.priority, target) };
+        const s = configured?.get(target);
+        if (!s || this.down.has(target)) continue;
+        const c = { target, weight: s.weight, held: held.has(target) || taking.includes(target), free: s.slots - (counts?.get(target) ?? 0) };
         if (!c.held && c.free <= 0) continue;
         if (!best || better(c, best)) best = c;
       }
@@ -327,7 +349,7 @@ export class ReadBalancer {
         complete = false;
         continue;
       }
-      held.add(best.target);
+      if (!best.held) taking.push(best.target);
       placed.push([need.shard, best.target]);
     }
     return { placed, complete };
@@ -335,27 +357,41 @@ export class ReadBalancer {
 
   private commit(w: Waiting, placed: ReadonlyArray<[string, string]>): void {
     for (const [shard, target] of placed) {
-      if (!w.held.has(target)) {
-        const k = key(w.priority, target);
-        const taken = (this.taken.get(k) ?? 0) + 1;
-        this.taken.set(k, taken);
-        const g = { id: this.nextGrant++, request: w.req.id, priority: w.priority, target, epoch: this.epoch };
-        this.grants.set(g.id, g);
-        w.held.set(target, g);
-        this.onSlotTaken?.(plain(g), taken, this.config.get(w.priority)!.get(target)!.slots);
-      }
+      if (!w.held.has(target)) w.held.set(target, this.take(w.req.id, w.priority, target));
       w.placed.set(shard, target);
     }
+  }
+
+  /** A request that never waited: its slots, and the outcome that starts it. */
+  private startAtOnce(req: BalanceRequest, priority: string, placed: ReadonlyArray<[string, string]>): Outcome {
+    const grants: Grant[] = [];
+    const targets: Record<string, string> = {};
+    for (const [shard, target] of placed) {
+      targets[shard] = target;
+      if (!grants.some((g) => g.target === target)) grants.push(plain(this.take(req.id, priority, target)));
+    }
+    return { kind: 'run', request: req.id, priority, grants, targets };
+  }
+
+  /** Takes one slot of `priority` on `target` for a request. */
+  private take(request: string, priority: string, target: string): Grant & { readonly epoch: number } {
+    let counts = this.taken.get(priority);
+    if (!counts) this.taken.set(priority, (counts = new Map()));
+    const taken = (counts.get(target) ?? 0) + 1;
+    counts.set(target, taken);
+    const g = { id: this.nextGrant++, request, priority, target, epoch: this.epoch };
+    this.grants.set(g.id, g);
+    this.onSlotTaken?.(plain(g), taken, this.config.get(priority)!.get(target)!.slots);
+    return g;
   }
 
   private giveBack(g: Grant & { epoch: number }): void {
     this.grants.delete(g.id);
     this.onSlotReturned?.(plain(g), g.epoch === this.epoch);
     if (g.epoch !== this.epoch) return;
-    const k = key(g.priority, g.target);
-    const n = (this.taken.get(k) ?? 0) - 1;
-    if (n > 0) this.taken.set(k, n);
-    else this.taken.delete(k);
+    // A counter at zero stays in its map: deleting and adding it again on every read churns the table.
+    const counts = this.taken.get(g.priority);
+    if (counts) counts.set(g.target, Math.max(0, (counts.get(g.target) ?? 0) - 1));
   }
 
   private dequeue(w: Waiting): void {
@@ -368,7 +404,11 @@ export class ReadBalancer {
   }
 
   private started(w: Waiting): Outcome {
-    return { kind: 'run', request: w.req.id, priority: w.priority, grants: [...w.held.values()].map(plain), targets: Object.fromEntries(w.placed) };
+    const grants: Grant[] = [];
+    for (const g of w.held.values()) grants.push(plain(g));
+    const targets: Record<string, string> = {};
+    for (const [shard, target] of w.placed) targets[shard] = target;
+    return { kind: 'run', request: w.req.id, priority: w.priority, grants, targets };
   }
 
   private timedOut(w: Waiting, now: number): Outcome {
@@ -384,6 +424,8 @@ export class ReadBalancer {
   private drain(priorities: Iterable<string>): Outcome[] {
     const out: Outcome[] = [];
     for (const priority of [...priorities]) {
+      // Most releases touch a priority nobody waits in: nothing to settle.
+      if (!this.queues.has(priority)) continue;
       let again = true;
       while (again) {
         again = false;
@@ -403,7 +445,7 @@ export class ReadBalancer {
             out.push({ kind: 'rejected', request: w.req.id, priority, ...why });
             continue;
           }
-          const plan = this.plan(w);
+          const plan = this.plan(priority, w.req.shards, w.held, w.placed);
           this.commit(w, plan.placed);
           if (!plan.complete) continue;
           const queue = this.queues.get(priority)!;
@@ -418,7 +460,14 @@ export class ReadBalancer {
   }
 }
 
-function better(a: { target: string; weight: number; held: boolean; free: number }, b: typeof a): boolean {
+interface Candidate {
+  readonly target: string;
+  readonly weight: number;
+  readonly held: boolean;
+  readonly free: number;
+}
+
+function better(a: Candidate, b: Candidate): boolean {
   if (a.weight !== b.weight) return a.weight > b.weight;
   if (a.held !== b.held) return a.held;
   if (a.free !== b.free) return a.free > b.free;

@@ -3,8 +3,9 @@ import type { FastifyPluginAsync } from 'fastify';
 import { checkId, toAddOps } from '../../distrib/documents.js';
 import { ShardexError } from '../../errors.js';
 import { Deadline } from '../../distrib/retry.js';
-import { PriorityName } from '../../read/balance-settings.js';
+import { isBalanceName } from '../../read/balance-settings.js';
 import { parseMinVersion } from '../../read/eventual.js';
+import type { CancelSignal } from '../../read/balancer-runtime.js';
 import { MAX_READ_TIMEOUT_MS, type BalancedRead, type ReadOptions } from '../shardex-node.js';
 import { NdjsonBatch } from './app.js';
 import { checkCollectionName } from './collections.js';
@@ -43,38 +44,59 @@ export interface BalanceQuery {
   timeoutMs?: unknown;
 }
 
-/** The balancing options of a read: `priority` (a name) and `timeoutMs` (queue time counts against it). */
-export function parseBalanceOptions(q: BalanceQuery): BalancedRead {
-  if (q.priority !== undefined && (typeof q.priority !== 'string' || !PriorityName.safeParse(q.priority).success)) {
-    throw new ShardexError('SHX_BAD_REQUEST', `priority must be a name matching [A-Za-z0-9_.-]{1,64}, got ${JSON.stringify(q.priority)}; GET /api/read-balance lists the configured priorities`);
+type Writable<T> = { -readonly [K in keyof T]: T[K] };
+
+/**
+ * The balancing options of a read: `priority` (a name) and `timeoutMs` (queue time counts against
+ * it), set on `into`. Every get and search passes here: properties are assigned, not spread.
+ */
+function setBalanceOptions(q: BalanceQuery, into: Writable<BalancedRead>): void {
+  const priority = q.priority;
+  if (priority !== undefined) {
+    if (!isBalanceName(priority)) {
+      throw new ShardexError('SHX_BAD_REQUEST', `priority must be a name matching [A-Za-z0-9_.-]{1,64}, got ${JSON.stringify(priority)}; GET /api/read-balance lists the configured priorities`);
+    }
+    into.priority = priority;
   }
-  let timeoutMs: number | undefined;
   if (q.timeoutMs !== undefined) {
-    timeoutMs = typeof q.timeoutMs === 'number' ? q.timeoutMs : typeof q.timeoutMs === 'string' && q.timeoutMs.trim() !== '' ? Number(q.timeoutMs) : NaN;
+    const timeoutMs = typeof q.timeoutMs === 'number' ? q.timeoutMs : typeof q.timeoutMs === 'string' && q.timeoutMs.trim() !== '' ? Number(q.timeoutMs) : NaN;
     if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_READ_TIMEOUT_MS) {
       throw new ShardexError('SHX_BAD_REQUEST', `timeoutMs must be an integer from 1 to ${MAX_READ_TIMEOUT_MS} (milliseconds), got ${JSON.stringify(q.timeoutMs)}`);
     }
+    into.timeoutMs = timeoutMs;
   }
-  return { ...(q.priority !== undefined && { priority: q.priority as string }), ...(timeoutMs !== undefined && { timeoutMs }) };
 }
 
-/** The read options of a get or search: distrib, consistency, scanType, minVersion, priority, timeoutMs. */
-export function parseReadOptions(q: ReadQuery): ReadOptions & { distrib?: boolean } {
+/** The balancing options of a read: `priority` (a name) and `timeoutMs` (queue time counts against it). */
+export function parseBalanceOptions(q: BalanceQuery): BalancedRead {
+  const o: Writable<BalancedRead> = {};
+  setBalanceOptions(q, o);
+  return o;
+}
+
+/**
+ * The read options of a get or search: distrib, consistency, scanType, minVersion, priority,
+ * timeoutMs; and `endSignal`, the response's end, for a read the balancer may hold slots for.
+ */
+export function parseReadOptions(q: ReadQuery, endSignal?: () => CancelSignal): ReadOptions & { distrib?: boolean } {
+  const o: Writable<ReadOptions & { distrib?: boolean }> = {};
   const distrib = parseBool('distrib', once('distrib', q.distrib));
+  if (distrib !== undefined) o.distrib = distrib;
   const consistency = once('consistency', q.consistency);
-  if (consistency !== undefined && consistency !== 'immediate' && consistency !== 'eventual') {
-    throw new ShardexError('SHX_BAD_REQUEST', `consistency must be immediate or eventual, got ${JSON.stringify(consistency)}`);
+  if (consistency !== undefined) {
+    if (consistency !== 'immediate' && consistency !== 'eventual') throw new ShardexError('SHX_BAD_REQUEST', `consistency must be immediate or eventual, got ${JSON.stringify(consistency)}`);
+    o.consistency = consistency;
   }
   const scanType = once('scanType', q.scanType);
+  if (scanType !== undefined) o.scanType = scanType;
   const minVersion = once('minVersion', q.minVersion);
-  if (minVersion !== undefined) parseMinVersion(minVersion);
-  return {
-    ...(distrib !== undefined && { distrib }),
-    ...(consistency !== undefined && { consistency }),
-    ...(scanType !== undefined && { scanType }),
-    ...(minVersion !== undefined && { minVersion }),
-    ...parseBalanceOptions(q),
-  };
+  if (minVersion !== undefined) {
+    parseMinVersion(minVersion);
+    o.minVersion = minVersion;
+  }
+  setBalanceOptions(q, o);
+  if (endSignal) o.endSignal = endSignal;
+  return o;
 }
 
 /** The write route: its bodies' nesting is checked with their sizes (checkBatchLimits), not when parsed. */
@@ -112,7 +134,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
 
   app.get<{ Params: { c: string; id: string }; Querystring: ReadQuery }>('/api/collections/:c/docs/:id', { config: { access: 'read' } }, async (req, reply) => {
     const c = checkCollectionName(req.params.c);
-    const got = await app.shardex.get(c, req.params.id, { ...parseReadOptions(req.query), endSignal: responseEnd(reply) });
+    const got = await app.shardex.get(c, req.params.id, parseReadOptions(req.query, responseEnd(reply)));
     if (got?.servedBy) void reply.header('x-shardex-served-by', JSON.stringify(got.servedBy));
     if (got?.readBalance) void reply.header('x-shardex-read-balance', JSON.stringify(got.readBalance));
     if (!got?.entry) return reply.status(404).send({ error: `document '${req.params.id}' not found in '${c}'`, code: 'SHX_NOT_FOUND' });
