@@ -16,6 +16,7 @@
 // read) with a configured priority (balanced: a slot taken and given back per get) beside the
 // same gets without one (unbalanced: the balancer says so at once), in alternating blocks; and
 // the runtime's acquire + release alone in this process, balanced and unbalanced.
+// `--phases cost` runs only that second part (after the load and warm-up), `--phases latency` only the first.
 import { generateDocs } from '../dist/corpus.js';
 import { ReadBalancerRuntime } from '../dist/read/balancer-runtime.js';
 import { fmt, httpRequest, log, parseFlags, percentile, postJson, processCpuMs, ratio, startDevCluster, vocabularyByRank } from './lib.mjs';
@@ -36,6 +37,8 @@ const DEFAULTS = {
   costGets: 10_000,
   costBlocks: 20,
   microOps: 200_000,
+  // `latency,cost` (both), or one of them: `--phases cost` measures only the balancer's cost.
+  phases: 'latency,cost',
 };
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -154,6 +157,8 @@ async function micro(ops, priority) {
 
 export async function run(rest) {
   const a = parseFlags(rest, DEFAULTS);
+  const phases = new Set(a.phases.split(','));
+  for (const p of phases) if (p !== 'latency' && p !== 'cost') throw new Error(`--phases takes latency, cost or both (comma-separated), got ${a.phases}`);
   log(`generating ${fmt(a.docs)} docs ...`);
   const docs = [...generateDocs({ count: a.docs, seed: 12 })];
   const words = vocabularyByRank(docs);
@@ -187,41 +192,54 @@ export async function run(rest) {
     await sleep(a.warmup * 1000);
     await Promise.all(warm.map((c) => c.stop()));
 
-    results.push(await phase('alone (no flood, no settings)', url, a, paths, { flood: false }));
-    for (let round = 1; round <= a.rounds; round++) {
-      await setSettings(url, []);
-      results.push({ ...(await phase(`off, round ${round}: flood, no settings`, url, a, paths, { flood: true })), mode: 'off' });
-      await setSettings(url, on);
-      results.push({ ...(await phase(`on, round ${round}: flood, report ${a.reportSlots} slots on primary`, url, a, paths, { flood: true })), mode: 'on' });
+    if (phases.has('latency')) {
+      results.push(await phase('alone (no flood, no settings)', url, a, paths, { flood: false }));
+      for (let round = 1; round <= a.rounds; round++) {
+        await setSettings(url, []);
+        results.push({ ...(await phase(`off, round ${round}: flood, no settings`, url, a, paths, { flood: true })), mode: 'off' });
+        await setSettings(url, on);
+        results.push({ ...(await phase(`on, round ${round}: flood, report ${a.reportSlots} slots on primary`, url, a, paths, { flood: true })), mode: 'on' });
+      }
     }
 
     // ---- the balancer's own cost, unloaded ----
-    log(`balancer cost: ${fmt(a.costGets)} sequential gets each way, in ${a.costBlocks} alternating blocks ...`);
-    await setSettings(url, on);
-    const ids = docs.slice(0, 1000).map((d) => encodeURIComponent(d.id));
-    // Blocks alternate (plain then balanced, then the other way round), so that drift on a shared
-    // machine hits both alike; the differences are taken per pair of neighbouring blocks.
-    const plain = { lat: [], cpuMs: 0, blocks: [] };
-    const balanced = { lat: [], cpuMs: 0, blocks: [] };
-    const per = Math.ceil(a.costGets / a.costBlocks);
-    await gets(url, (i) => `/api/collections/${COLLECTION}/docs/${ids[i % ids.length]}?priority=interactive`, 1000, cluster.pid);
-    for (let b = 0; b < a.costBlocks; b++) {
-      for (const [into, q] of b % 2 === 0 ? [[plain, ''], [balanced, '?priority=interactive']] : [[balanced, '?priority=interactive'], [plain, '']]) {
-        const r = await gets(url, (i) => `/api/collections/${COLLECTION}/docs/${ids[(b * per + i) % ids.length]}${q}`, per, cluster.pid);
-        into.lat.push(...r.lat);
-        into.cpuMs += r.cpuMs;
-        into.blocks.push({ meanMs: r.lat.reduce((x, y) => x + y, 0) / per, cpuMs: r.cpuMs / per });
-      }
-    }
-    cost = { plain, balanced };
+    if (phases.has('cost')) cost = await costPhase(url, a, docs, on, cluster.pid);
   } finally {
     await cluster.stop();
   }
+  if (results.length > 0) reportLatency(results, a);
+  if (!cost) return;
   log(`microbenchmark: ReadBalancerRuntime acquire + release, ${fmt(a.microOps)} ops each ...`);
   const microBalanced = await micro(a.microOps, 'interactive');
   const microUnbalanced = await micro(a.microOps, undefined);
+  reportCost(cost, microBalanced, microUnbalanced);
+}
 
-  // ---- report ----
+/**
+ * Sequential real-time gets with a configured priority (balanced) and without (unbalanced), in
+ * alternating blocks (plain then balanced, then the other way round), so that drift on a shared
+ * machine hits both alike; the differences are taken per pair of neighbouring blocks.
+ */
+async function costPhase(url, a, docs, on, pid) {
+  log(`balancer cost: ${fmt(a.costGets)} sequential gets each way, in ${a.costBlocks} alternating blocks ...`);
+  await setSettings(url, on);
+  const ids = docs.slice(0, 1000).map((d) => encodeURIComponent(d.id));
+  const plain = { lat: [], cpuMs: 0, blocks: [] };
+  const balanced = { lat: [], cpuMs: 0, blocks: [] };
+  const per = Math.ceil(a.costGets / a.costBlocks);
+  await gets(url, (i) => `/api/collections/${COLLECTION}/docs/${ids[i % ids.length]}?priority=interactive`, 1000, pid);
+  for (let b = 0; b < a.costBlocks; b++) {
+    for (const [into, q] of b % 2 === 0 ? [[plain, ''], [balanced, '?priority=interactive']] : [[balanced, '?priority=interactive'], [plain, '']]) {
+      const r = await gets(url, (i) => `/api/collections/${COLLECTION}/docs/${ids[(b * per + i) % ids.length]}${q}`, per, pid);
+      into.lat.push(...r.lat);
+      into.cpuMs += r.cpuMs;
+      into.blocks.push({ meanMs: r.lat.reduce((x, y) => x + y, 0) / per, cpuMs: r.cpuMs / per });
+    }
+  }
+  return { plain, balanced };
+}
+
+function reportLatency(results, a) {
   const pooled = (mode) => {
     const all = results.filter((r) => r.mode === mode).flatMap((r) => r.latencies);
     return { p50: percentile(all, 50), p99: percentile(all, 99), n: all.length };
@@ -240,6 +258,9 @@ export async function run(rest) {
     `all rounds pooled: interactive p99 on ${onR.p99.toFixed(1)} ms vs off ${off.p99.toFixed(1)} ms: ratio ${ratio(onR.p99, off.p99)} (aim: at most 0.5); ` +
       `p50 on ${onR.p50.toFixed(1)} vs off ${off.p50.toFixed(1)} ms: ratio ${ratio(onR.p50, off.p50)} (${fmt(onR.n)} and ${fmt(off.n)} searches); alone p99 ${alone.p99.toFixed(1)} ms`,
   );
+}
+
+function reportCost(cost, microBalanced, microUnbalanced) {
   const mean = (xs) => xs.reduce((s, x) => s + x, 0) / xs.length;
   const n = cost.plain.lat.length;
   const us = (ms) => (ms * 1000).toFixed(0);
