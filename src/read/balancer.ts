@@ -94,7 +94,7 @@ interface Waiting {
   readonly priority: string;
   readonly enqueuedAt: number;
   /** Target -> the grant held on it while the request waits for its other targets. */
-  readonly held: Map<string, Grant & { readonly epoch: number }>;
+  readonly held: Map<string, HeldGrant>;
   /** Shard -> target, for the shards already placed on a held target. */
   readonly placed: Map<string, string>;
 }
@@ -103,6 +103,14 @@ interface Slot {
   readonly weight: number;
   readonly slots: number;
 }
+
+/** The slots one priority has taken on one target since the last reset. */
+interface Counter {
+  n: number;
+}
+
+/** A grant as the balancer keeps it: the counter it counts in, and the reset epoch it was taken in. */
+type HeldGrant = Grant & { readonly epoch: number; readonly counter: Counter };
 
 /** The targets `need` may use for a read of `consistency`: `immediate` only the leaders. */
 export function allowedTargets(consistency: 'immediate' | 'eventual', readerGroups: readonly string[]): string[] {
@@ -118,11 +126,14 @@ export class ReadBalancer {
   private readonly onSlotTaken: ReadBalancerOptions['onSlotTaken'];
   private readonly onSlotReturned: ReadBalancerOptions['onSlotReturned'];
   private readonly config = new Map<string, Map<string, Slot>>();
-  /** Priority -> target -> slots taken (nested rather than one joined key: no string built per lookup). */
-  private readonly taken = new Map<string, Map<string, number>>();
+  /**
+   * Priority -> target -> slots taken (nested rather than one joined key: no string built per
+   * lookup); a grant holds its counter, so that a release looks nothing up.
+   */
+  private readonly taken = new Map<string, Map<string, Counter>>();
   private readonly queues = new Map<string, Waiting[]>();
   private readonly waiting = new Map<string, Waiting>();
-  private readonly grants = new Map<number, Grant & { readonly epoch: number }>();
+  private readonly grants = new Map<number, HeldGrant>();
   private readonly down = new Set<string>();
   private nextGrant = 1;
   // reset() starts a new epoch: grants of an older one release nothing (Prostore's
@@ -290,7 +301,7 @@ export class ReadBalancer {
   // ---- internals ------------------------------------------------------------------------
 
   private takenOf(priority: string, target: string): number {
-    return this.taken.get(priority)?.get(target) ?? 0;
+    return this.taken.get(priority)?.get(target)?.n ?? 0;
   }
 
   private usable(priority: string, target: string): boolean {
@@ -341,7 +352,7 @@ export class ReadBalancer {
       for (const target of need.targets) {
         const s = configured?.get(target);
         if (!s || this.down.has(target)) continue;
-        const c = { target, weight: s.weight, held: held.has(target) || taking.includes(target), free: s.slots - (counts?.get(target) ?? 0) };
+        const c = { target, weight: s.weight, held: held.has(target) || taking.includes(target), free: s.slots - (counts?.get(target)?.n ?? 0) };
         if (!c.held && c.free <= 0) continue;
         if (!best || better(c, best)) best = c;
       }
@@ -374,24 +385,24 @@ export class ReadBalancer {
   }
 
   /** Takes one slot of `priority` on `target` for a request. */
-  private take(request: string, priority: string, target: string): Grant & { readonly epoch: number } {
+  private take(request: string, priority: string, target: string): HeldGrant {
     let counts = this.taken.get(priority);
     if (!counts) this.taken.set(priority, (counts = new Map()));
-    const taken = (counts.get(target) ?? 0) + 1;
-    counts.set(target, taken);
-    const g = { id: this.nextGrant++, request, priority, target, epoch: this.epoch };
+    let counter = counts.get(target);
+    // A counter at zero stays in its map: deleting and adding it again on every read churns the table.
+    if (!counter) counts.set(target, (counter = { n: 0 }));
+    counter.n++;
+    const g = { id: this.nextGrant++, request, priority, target, epoch: this.epoch, counter };
     this.grants.set(g.id, g);
-    this.onSlotTaken?.(plain(g), taken, this.config.get(priority)!.get(target)!.slots);
+    this.onSlotTaken?.(plain(g), counter.n, this.config.get(priority)!.get(target)!.slots);
     return g;
   }
 
-  private giveBack(g: Grant & { epoch: number }): void {
+  private giveBack(g: HeldGrant): void {
     this.grants.delete(g.id);
     this.onSlotReturned?.(plain(g), g.epoch === this.epoch);
-    if (g.epoch !== this.epoch) return;
-    // A counter at zero stays in its map: deleting and adding it again on every read churns the table.
-    const counts = this.taken.get(g.priority);
-    if (counts) counts.set(g.target, Math.max(0, (counts.get(g.target) ?? 0) - 1));
+    // A grant from before a reset counts in a counter the reset dropped: it frees nothing.
+    if (g.epoch === this.epoch) g.counter.n = Math.max(0, g.counter.n - 1);
   }
 
   private dequeue(w: Waiting): void {
