@@ -29,7 +29,7 @@ export type {
 export { PRIMARY_TARGET, ReadBalancer, allowedTargets } from './balancer.js';
 export type { BalanceSetting, ShardNeed, SlotRow, Outcome, RejectReason, UnbalancedReason } from './balancer.js';
 export { ReadBalancerRuntime, coordinatorSettingsSource, outcomeError } from './balancer-runtime.js';
-export type { ReadAcquire, ReadPermit, ReadBalancerRuntimeOptions, SettingsSource } from './balancer-runtime.js';
+export type { CancelSignal, ReadAcquire, ReadPermit, ReadBalancerRuntimeOptions, SettingsSource } from './balancer-runtime.js';
 export {
   READ_BALANCE_CONFIG,
   PriorityName,
