@@ -4,6 +4,7 @@
 // The query batcher (and `shardex export`) asks every page with its priority.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShardexClient } from '../../src/client/index.js';
+import { assertBuilt, runCli } from '../support/cli-run.js';
 import { startCluster, type TestCluster } from '../support/cluster.js';
 import { pollUntil } from '../support/poll.js';
 
@@ -60,5 +61,16 @@ describe('the smart client\'s reads under read balancing (1 node, 1 reader)', ()
     expect(walled.shardsFailed.map((f) => String((f.error as Error).message))).toEqual([expect.stringMatching(/walled/), expect.stringMatching(/walled/)]);
     const open = await client.queryBatcher('docs', '*').awaitCompletion();
     expect(open.ids).toBe(2);
+  });
+
+  it('shardex export --priority asks every page with it: `rep` has no target for leader reads, so the node refuses the pages', async () => {
+    await assertBuilt('node/cli-client.ts');
+    const refused = await runCli(['export', 'docs', '--priority', 'rep', '--url', tc.urls[0]!]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/the priority is configured on/);
+    expect(refused.stdout).toBe('');
+    const open = await runCli(['export', 'docs', '--url', tc.urls[0]!]);
+    expect(open.code).toBe(0);
+    expect(open.stdout.trim().split('\n')).toHaveLength(2);
   });
 });
