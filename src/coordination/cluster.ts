@@ -44,6 +44,8 @@ interface Election {
   recheck?: boolean;
   /** A candidacy is being created (one at a time). */
   entering?: boolean;
+  /** Its last candidacy was given up as not fit to lead: the re-entries that follow log at debug. */
+  unfit?: boolean;
   /** A later attempt to enter the queue or check it is scheduled. */
   timer?: NodeJS.Timeout | undefined;
 }
@@ -497,7 +499,7 @@ export class ClusterCoordinator implements Coordinator {
       return;
     }
     e.path = path;
-    this.log.info({ collection: e.collection, shard: e.shard, candidacy: path }, 'entered the election queue');
+    this.log[e.unfit ? 'debug' : 'info']({ collection: e.collection, shard: e.shard, candidacy: path }, 'entered the election queue');
     await this.checkElection(e);
   }
 
@@ -603,11 +605,14 @@ export class ClusterCoordinator implements Coordinator {
       // Not fit to lead (term behind): go to the back of the queue and look again later.
       const old = e.path;
       e.path = undefined;
-      this.log.info({ collection: e.collection, shard: e.shard, candidacy: old }, 'not fit to lead yet (term behind, or recovering): back of the queue');
+      // Once per spell of unfitness (a recovery may take minutes, at a retry every electionRetryMs).
+      if (!e.unfit) this.log.info({ collection: e.collection, shard: e.shard, candidacy: old }, 'not fit to lead yet (term behind, or recovering): back of the queue until it is');
+      e.unfit = true;
       await this.forget(old);
       this.retryLater(e, this.electionRetryMs);
       return;
     }
+    e.unfit = false;
     const lpath = `/collections/${e.collection}/leaders/${e.shard}`;
     for (;;) {
       const cur = await this.store.get(lpath);
