@@ -58,13 +58,16 @@ function setBalanceOptions(q: BalanceQuery, into: Writable<BalancedRead>): void 
     }
     into.priority = priority;
   }
-  if (q.timeoutMs !== undefined) {
-    const timeoutMs = typeof q.timeoutMs === 'number' ? q.timeoutMs : typeof q.timeoutMs === 'string' && q.timeoutMs.trim() !== '' ? Number(q.timeoutMs) : NaN;
-    if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_READ_TIMEOUT_MS) {
-      throw new ShardexError('SHX_BAD_REQUEST', `timeoutMs must be an integer from 1 to ${MAX_READ_TIMEOUT_MS} (milliseconds), got ${JSON.stringify(q.timeoutMs)}`);
-    }
-    into.timeoutMs = timeoutMs;
+  if (q.timeoutMs !== undefined) into.timeoutMs = parseTimeoutMs(q.timeoutMs, MAX_READ_TIMEOUT_MS);
+}
+
+/** A `timeoutMs` parameter: whole milliseconds from 1 to `max`; `more` ends the refusal's message. */
+function parseTimeoutMs(v: unknown, max: number, more = ''): number {
+  const ms = typeof v === 'number' ? v : typeof v === 'string' && v.trim() !== '' ? Number(v) : NaN;
+  if (!Number.isInteger(ms) || ms < 1 || ms > max) {
+    throw new ShardexError('SHX_BAD_REQUEST', `timeoutMs must be an integer from 1 to ${max} (milliseconds), got ${JSON.stringify(v)}${more}`);
   }
+  return ms;
 }
 
 /** The balancing options of a read: `priority` (a name) and `timeoutMs` (queue time counts against it). */
@@ -178,12 +181,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
  * their retries, end by then; the leader's fan-out to its replicas does not (see update-processor).
  */
 function updateDeadline(v: unknown): Deadline | undefined {
-  if (v === undefined) return undefined;
-  const ms = typeof v === 'string' && v.trim() !== '' ? Number(v) : NaN;
-  if (!Number.isInteger(ms) || ms < 1 || ms > MAX_UPDATE_TIMEOUT_MS) {
-    throw new ShardexError('SHX_BAD_REQUEST', `timeoutMs must be an integer from 1 to ${MAX_UPDATE_TIMEOUT_MS} (milliseconds), got ${JSON.stringify(v)}; nothing was done`);
-  }
-  return Deadline.after(ms);
+  return v === undefined ? undefined : Deadline.after(parseTimeoutMs(v, MAX_UPDATE_TIMEOUT_MS, '; nothing was done'));
 }
 
 /** The longest update deadline a request may ask for: 10 minutes. */
