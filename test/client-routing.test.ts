@@ -165,8 +165,20 @@ describe('deadlines and cancellation', () => {
     net.script((c) => (c.path.includes('/search') ? json(503, { error: 'no reader of group fast is live', code: 'SHX_UNAVAILABLE' }) : undefined));
     await expect(client.search('docs', '*', { timeoutMs: 300 })).rejects.toMatchObject({
       code: 'SHX_TIMEOUT',
-      message: expect.stringMatching(/did not complete within 300 ms; the last attempt failed: .*no reader of group fast is live/),
+      message: expect.stringMatching(/^searching docs did not complete within 300 ms \((a retry would end past it; )?the last attempt failed: .*no reader of group fast is live/),
     });
+  });
+
+  it('makes no retry whose pause would end past the deadline: one attempt, and the error names its failure', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net, { backoff: () => 60_000, maxRetries: 1000 });
+    await client.connect();
+    net.script((c) => (c.method === 'POST' ? json(503, { error: 'leader is recovering', code: 'SHX_UNAVAILABLE' }) : undefined));
+    await expect(client.add('docs', [{ id: 'a' }], { timeoutMs: 5_000 })).rejects.toMatchObject({
+      code: 'SHX_TIMEOUT',
+      message: expect.stringMatching(/within 5000 ms \(a retry would end past it; the last attempt failed: .*leader is recovering/),
+    });
+    expect(net.docPosts()).toHaveLength(1);
   });
 
   it('rejects with the caller abort reason when the signal aborts', async () => {

@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import type { NodeInfo } from '../src/coordination/index.js';
 import { ShardexError } from '../src/errors.js';
 import { EventualRouter } from '../src/read/eventual.js';
-import { ReadDeadline, type ReadClock } from '../src/read/read-deadline.js';
+import type { Clock } from '../src/distrib/deadline.js';
+import { readDeadline } from '../src/read/read-deadline.js';
 import { ReaderSelector } from '../src/read/index.js';
 import type { EventualOptions } from '../src/read/snapshot-reader.js';
 
@@ -32,7 +33,7 @@ interface Call {
 }
 
 /** A simulated clock: sleeping advances it. */
-function clock(): ReadClock & { t: number } {
+function clock(): Clock & { t: number } {
   const c = {
     t: 0,
     now: () => c.t,
@@ -68,7 +69,7 @@ function setup(answer: (c: Call, n: number) => unknown, readers: () => readonly 
       { collection: 'c', shard: 'shard1', ...(opts.scanType !== undefined && { scanType: opts.scanType }) },
       {},
       leader,
-      { deadline: new ReadDeadline('eventual get of c/shard1', opts, time) },
+      { deadline: readDeadline('eventual get of c/shard1', opts, time) },
     );
   return { read, calls, time, leaderCalls: () => leaderCalls };
 }
@@ -169,7 +170,7 @@ describe('the read\'s deadline', () => {
       readers: () => FIVE,
       call: () => new Promise(() => undefined),
     });
-    const deadline = new ReadDeadline('eventual get of c/shard1', { timeoutMs: 30 });
+    const deadline = readDeadline('eventual get of c/shard1', { timeoutMs: 30 });
     const err = await router.run({ collection: 'c', shard: 'shard1' }, {}, async () => ({ node: 'leader', value: 1 }), { deadline }).catch((e) => e);
     expect(err.code).toBe('SHX_TIMEOUT');
   });
@@ -177,7 +178,7 @@ describe('the read\'s deadline', () => {
   it('ends with the caller\'s reason when its signal aborts, and SHX_TIMEOUT for a timeout signal', async () => {
     const router = new EventualRouter({ selector: new ReaderSelector(PROFILES), readers: () => FIVE, call: () => new Promise(() => undefined) });
     const run = (signal: AbortSignal) =>
-      router.run({ collection: 'c', shard: 'shard1' }, {}, async () => ({ node: 'leader', value: 1 }), { deadline: new ReadDeadline('eventual get of c/shard1', { signal }) });
+      router.run({ collection: 'c', shard: 'shard1' }, {}, async () => ({ node: 'leader', value: 1 }), { deadline: readDeadline('eventual get of c/shard1', { signal }) });
     const cancelled = new AbortController();
     const reason = new Error('caller cancelled');
     const p = run(cancelled.signal).catch((e) => e);

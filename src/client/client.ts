@@ -9,7 +9,8 @@ import { Agent } from 'node:https';
 import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { checkId, toAddOps } from '../distrib/documents.js';
-import { Deadline, exponentialBackoff, type BackoffPolicy } from '../distrib/retry.js';
+import { Deadline } from '../distrib/deadline.js';
+import { exponentialBackoff, type BackoffPolicy } from '../distrib/retry.js';
 import { groupByShard } from '../distrib/update-processor.js';
 import { ShardexError, isShardexError } from '../errors.js';
 import { ClusterSnapshot, type NodeView } from './cluster-state.js';
@@ -55,7 +56,7 @@ interface FailoverRequest<T> {
   readonly spread: number;
   readonly send: (host: string) => Promise<T>;
   readonly onRetry?: (info: RetryInfo) => void;
-  readonly signal?: AbortSignal;
+  readonly deadline?: Deadline;
 }
 
 export interface ExportPage {
@@ -310,28 +311,27 @@ export class ShardexClient {
     return this.executor.value(job, {
       route: { to: 'any', spread: req.spread, preferred: req.preferred },
       send: (host) => req.send(host!),
-      ...(req.signal && { signal: req.signal }),
+      ...(req.deadline && { deadline: req.deadline }),
       ...(req.onRetry && { onFailure: (f: AttemptFailure) => void (f.retrying && req.onRetry!(f)) }),
     });
   }
 
-  /** Runs `fn` under the caller's signal and `timeoutMs` deadline (SHX_TIMEOUT when it passes). */
-  private async withDeadline<T>(opts: RequestOptions, what: string, fn: (signal: AbortSignal | undefined, until: Deadline | undefined) => Promise<T>): Promise<T> {
+  /**
+   * Runs `fn` under one Deadline made of the caller's `timeoutMs` and signal: every attempt,
+   * retry, wait and eventual read below it is bounded by it (SHX_TIMEOUT when it passes, naming
+   * the last attempt that failed), and the nodes are told what is left of it.
+   */
+  private async withDeadline<T>(opts: RequestOptions, what: string, fn: (deadline: Deadline) => Promise<T>): Promise<T> {
     if (this.closed) throw new ShardexError('SHX_UNAVAILABLE', 'the client is closed');
-    const until = opts.timeoutMs !== undefined ? Deadline.after(opts.timeoutMs) : undefined;
-    const deadline = opts.timeoutMs !== undefined ? AbortSignal.timeout(opts.timeoutMs) : undefined;
-    const signals = [opts.signal, deadline].filter((s): s is AbortSignal => s !== undefined);
-    const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+    const deadline = new Deadline({ what, timeoutMs: opts.timeoutMs, signal: opts.signal });
     try {
-      return await fn(signal, until);
+      return await fn(deadline);
     } catch (err) {
-      if (deadline?.aborted && !opts.signal?.aborted) {
-        // Say why it did not complete: the last attempt that failed, if one did.
-        const last = signal && this.executor.lastFailure(signal);
-        const why = last instanceof Error ? `; the last attempt failed: ${last.message}` : '';
-        throw new ShardexError('SHX_TIMEOUT', `${what} did not complete within ${opts.timeoutMs} ms${why}`, { cause: last ?? err });
-      }
+      // Ended outside an attempt (e.g. while reading the cluster state): say so, as the executor would.
+      if (deadline.expired && !(isShardexError(err) && err.code === 'SHX_TIMEOUT')) throw this.executor.ended(deadline) ?? err;
       throw err;
+    } finally {
+      deadline.release();
     }
   }
 
@@ -340,8 +340,8 @@ export class ShardexClient {
    * operation's deadline if that is less. The node is told (`timeoutMs`), so that its forwards to
    * the leader and their retries end when the client stops waiting for this attempt.
    */
-  private attemptMs(until: Deadline | undefined): number {
-    return until === undefined ? this.requestTimeoutMs : Math.max(1, Math.min(this.requestTimeoutMs, until.remainingMs()));
+  private attemptMs(deadline: Deadline | undefined): number {
+    return Math.max(1, Math.floor(Math.min(this.requestTimeoutMs, deadline?.remainingMs() ?? Infinity)));
   }
 
   private updateQuery(minRf: number | undefined, attemptMs: number): string {
@@ -356,22 +356,23 @@ export class ShardexClient {
     collection: string,
     shard: string,
     docs: readonly unknown[],
-    o: { minRf?: number; spread: number; onFailure?: (f: AttemptFailure) => void; signal?: AbortSignal | undefined; until?: Deadline | undefined },
+    o: { minRf?: number; spread: number; onFailure?: (f: AttemptFailure) => void; deadline?: Deadline | undefined },
   ): Promise<Outcome<ShardWrite & { host: string }>> {
+    const signal = o.deadline?.abortSignal();
     return this.executor.run(job, {
       route: { to: 'leader', collection, shard, spread: o.spread },
       update: true,
       ...(o.onFailure && { onFailure: o.onFailure }),
-      ...(o.signal && { signal: o.signal }),
+      deadline: o.deadline,
       send: async (host) => {
-        const timeoutMs = this.attemptMs(o.until);
+        const timeoutMs = this.attemptMs(o.deadline);
         const { body } = await httpCall<{ added: number; rf: number; versions: Record<string, number>; minRfMet?: boolean }>(this.fetchFn, {
           method: 'POST',
           host: host!,
           path: `/api/collections/${enc(collection)}/docs${this.updateQuery(o.minRf, timeoutMs)}`,
           body: docs,
           timeoutMs,
-          ...(o.signal && { signal: o.signal }),
+          ...(signal && { signal }),
         });
         return { host: host!, added: body.added, rf: body.rf, versions: body.versions ?? {}, minRfMet: body.minRfMet !== false };
       },
@@ -387,24 +388,25 @@ export class ShardexClient {
     collection: string,
     shard: string,
     page: { q: string; after: string | undefined; limit: number; fields?: readonly string[]; priority?: string },
-    o: { spread: number; onFailure?: (f: AttemptFailure) => void; onParked?: (parked: boolean) => void; signal?: AbortSignal | undefined },
+    o: { spread: number; onFailure?: (f: AttemptFailure) => void; onParked?: (parked: boolean) => void; deadline?: Deadline | undefined },
   ): Promise<Outcome<ExportPage & { host: string }>> {
     const params = new URLSearchParams({ shard, q: page.q, limit: String(page.limit) });
     if (page.after !== undefined) params.set('after', page.after);
     if (page.fields && page.fields.length > 0) params.set('fields', page.fields.join(','));
     if (page.priority !== undefined) params.set('priority', page.priority);
+    const signal = o.deadline?.abortSignal();
     return this.executor.run(job, {
       route: { to: 'leader', collection, shard, spread: o.spread, parkWithoutLeader: true },
       ...(o.onFailure && { onFailure: o.onFailure }),
       ...(o.onParked && { onParked: o.onParked }),
-      ...(o.signal && { signal: o.signal }),
+      deadline: o.deadline,
       send: async (host) => {
         const { body } = await httpCall<ExportPage>(this.fetchFn, {
           method: 'GET',
           host: host!,
           path: `/api/collections/${enc(collection)}/export?${params}`,
           timeoutMs: this.requestTimeoutMs,
-          ...(o.signal && { signal: o.signal }),
+          ...(signal && { signal }),
         });
         if (!Array.isArray(body?.docs)) throw new ShardexError('SHX_INTERNAL', `${host} answered the export of ${collection}/${shard} without a docs array`);
         return { host: host!, docs: body.docs, next: body.next ?? null };
@@ -431,7 +433,7 @@ export class ShardexClient {
   async add(collection: string, docs: readonly unknown[], opts: WriteOptions = {}): Promise<AddResult & { minRfMet: boolean }> {
     // Shape and ids first, without the cluster; then the field values against the collection's schema.
     toAddOps(docs);
-    return this.withDeadline(opts, `adding ${docs.length} document(s) to ${collection}`, async (signal, until) => {
+    return this.withDeadline(opts, `adding ${docs.length} document(s) to ${collection}`, async (deadline) => {
       const s = await this.collectionState(collection);
       const ops = toAddOps(docs, s.schema(collection));
       const groups = groupByShard(s.router(collection), ops);
@@ -440,7 +442,7 @@ export class ShardexClient {
       const spread = this.nextSpread();
       const outcomes = await Promise.all(
         [...groups].map(([shard, group]) =>
-          limit(() => this.postShard(job, collection, shard, group.map((op) => op.doc), { ...(opts.minRf !== undefined && { minRf: opts.minRf }), spread, signal, until })),
+          limit(() => this.postShard(job, collection, shard, group.map((op) => op.doc), { ...(opts.minRf !== undefined && { minRf: opts.minRf }), spread, deadline })),
         ),
       );
       return mergeWrites(outcomes, [...groups.keys()], ops.length);
@@ -450,9 +452,10 @@ export class ShardexClient {
   /** Deletes documents by id, each sent to its shard's leader. */
   async delete(collection: string, ids: readonly string[], opts: WriteOptions = {}): Promise<DeleteResult> {
     for (const id of ids) checkId(id);
-    return this.withDeadline(opts, `deleting ${ids.length} document(s) from ${collection}`, async (signal, until) => {
+    return this.withDeadline(opts, `deleting ${ids.length} document(s) from ${collection}`, async (deadline) => {
       const s = await this.collectionState(collection);
       const router = s.router(collection);
+      const signal = deadline.abortSignal();
       const job = this.singleOp();
       const limit = pLimit(this.concurrency);
       const versions: Record<string, number> = {};
@@ -462,9 +465,9 @@ export class ShardexClient {
             const out = await this.executor.run(job, {
               route: { to: 'leader', collection, shard: router.route(id).shard, spread: i },
               update: true,
-              ...(signal && { signal }),
+              deadline,
               send: async (host) => {
-                const timeoutMs = this.attemptMs(until);
+                const timeoutMs = this.attemptMs(deadline);
                 return (
                   await httpCall<{ version: number }>(this.fetchFn, {
                     method: 'DELETE',
@@ -507,14 +510,15 @@ export class ShardexClient {
    */
   async get(collection: string, id: string, opts: ReadOptions = {}): Promise<StoredDoc | undefined> {
     checkId(id);
-    return this.withDeadline(opts, `getting ${collection}/${id}`, async (signal) => {
+    return this.withDeadline(opts, `getting ${collection}/${id}`, async (deadline) => {
       const s = await this.collectionState(collection);
       const shard = s.router(collection).route(id).shard;
-      if (this.readsItself(opts)) return this.eventualGet(collection, shard, id, opts, signal);
+      if (this.readsItself(opts)) return this.eventualGet(collection, shard, id, opts, deadline);
+      const signal = deadline.abortSignal();
       try {
         return await this.executor.value(this.singleOp(), {
           route: { to: 'leader', collection, shard, spread: this.nextSpread() },
-          ...(signal && { signal }),
+          deadline,
           send: async (host) =>
             (await httpCall<StoredDoc>(this.fetchFn, { method: 'GET', host: host!, path: `/api/collections/${enc(collection)}/docs/${enc(id)}${readQuery(opts)}`, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) }))
               .body,
@@ -561,31 +565,31 @@ export class ShardexClient {
     return this.readPathCache.path;
   }
 
-  private eventualOptions(opts: ReadOptions, signal: AbortSignal | undefined): { consistency: 'eventual'; scanType?: string; minVersion?: string; signal?: AbortSignal } {
+  private eventualOptions(opts: ReadOptions, deadline: Deadline): { consistency: 'eventual'; scanType?: string; minVersion?: string; deadline: Deadline } {
     return {
       consistency: 'eventual',
-      ...(signal && { signal }),
+      deadline,
       ...(opts.scanType !== undefined && { scanType: opts.scanType }),
       ...(opts.minVersion !== undefined && { minVersion: String(opts.minVersion) }),
     };
   }
 
   /** An eventual read through the one retry loop: retryable failures retried, the state re-read in between. */
-  private retryRead<T>(signal: AbortSignal | undefined, run: () => Promise<T>): Promise<T> {
-    return this.executor.value(this.singleOp(), { route: { to: 'self' }, ...(signal && { signal }), send: () => run() });
+  private retryRead<T>(deadline: Deadline, run: () => Promise<T>): Promise<T> {
+    return this.executor.value(this.singleOp(), { route: { to: 'self' }, deadline, send: () => run() });
   }
 
-  private async eventualGet(collection: string, shard: string, id: string, opts: ReadOptions, signal: AbortSignal | undefined): Promise<StoredDoc | undefined> {
-    const { entries } = await this.retryRead(signal, () => this.eventualPath().get(collection, shard, [id], this.eventualOptions(opts, signal)));
+  private async eventualGet(collection: string, shard: string, id: string, opts: ReadOptions, deadline: Deadline): Promise<StoredDoc | undefined> {
+    const { entries } = await this.retryRead(deadline, () => this.eventualPath().get(collection, shard, [id], this.eventualOptions(opts, deadline)));
     const e = entries[0];
     return e && e.doc !== null ? ({ ...e.doc, id: e.id, _version_: e.version, _shard_: shard } as StoredDoc) : undefined;
   }
 
-  private async eventualSearch(collection: string, query: string, opts: SearchOptions, signal: AbortSignal | undefined): Promise<SearchResult> {
+  private async eventualSearch(collection: string, query: string, opts: SearchOptions, deadline: Deadline): Promise<SearchResult> {
     const c = (await this.collectionState(collection)).collection(collection)!;
-    return this.retryRead(signal, async () => {
+    return this.retryRead(deadline, async () => {
       const servedBy: Record<string, ServedBy> = {};
-      const searchers = this.eventualPath().searchers(collection, c.shards.map((s) => s.name), this.eventualOptions(opts, signal), servedBy);
+      const searchers = this.eventualPath().searchers(collection, c.shards.map((s) => s.name), this.eventualOptions(opts, deadline), servedBy);
       const res = await distributedSearch(parseSchema(c.fields), searchers, {
         q: query,
         ...(opts.filter !== undefined && { filters: [opts.filter] }),
@@ -600,7 +604,7 @@ export class ShardexClient {
 
   /** A distributed search, through any usable node (eventual without a priority: the client picks readers itself). */
   async search(collection: string, query: string, opts: SearchOptions = {}): Promise<SearchResult> {
-    if (this.readsItself(opts)) return this.withDeadline(opts, `searching ${collection}`, (signal) => this.eventualSearch(collection, query, opts, signal));
+    if (this.readsItself(opts)) return this.withDeadline(opts, `searching ${collection}`, (deadline) => this.eventualSearch(collection, query, opts, deadline));
     const params = readParams(opts);
     params.set('q', query);
     if (opts.filter !== undefined) params.set('filter', opts.filter);
@@ -613,12 +617,13 @@ export class ShardexClient {
 
   /** One request that any live node can serve (it forwards or fans out as needed), with failover. */
   private viaAnyNode<T>(opts: RequestOptions, what: string, collection: string, method: 'GET' | 'POST', path: string): Promise<T> {
-    return this.withDeadline(opts, what, async (signal) => {
+    return this.withDeadline(opts, what, async (deadline) => {
       await this.collectionState(collection);
+      const signal = deadline.abortSignal();
       return this.withFailover(this.singleOp(), {
         preferred: () => undefined,
         spread: this.nextSpread(),
-        ...(signal && { signal }),
+        deadline,
         send: async (host) => (await httpCall<T>(this.fetchFn, { method, host, path, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) })).body,
       });
     });

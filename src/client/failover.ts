@@ -1,18 +1,22 @@
 // The client's one retry loop: every request of the smart client (plain operations, batches,
 // export pages, eventual reads) is sent by `RequestExecutor.run`, with one classification of
-// failures (host-availability.ts), one backoff, the caller's deadline and abort signal, and the
-// job's stop. Around each attempt:
+// failures (host-availability.ts), the retry decision of the node's loops (distrib/retry.ts:
+// budget, backoff, the one Deadline of the caller's timeoutMs and signal), and the job's stop.
+// Around each attempt:
 // - before: a suspension that ended while its jobs were stopped has the state read first; a job
 //   that would run on fewer than minHosts hosts stops; a walk whose shard has no leader (or only
 //   suspended hosts) waits, re-reading the state, until one is listed (no retry budget is spent);
 // - after a failure: a host-unavailable one suspends the host or stops the job (direct mode;
 //   a gateway is never suspended); an answer that says the state is stale has it read again;
-//   retryable failures are tried again after a pause, up to the job's maxRetries;
+//   retryable failures are tried again after a pause, up to the job's maxRetries, never past
+//   the deadline (a retry whose pause would end past it is not made: SHX_TIMEOUT names the
+//   failure that ended the operation);
 // - every failed attempt is reported, saying whether a retry follows and whether an update
 //   that failed so far may have been applied (indeterminate).
 import type { Logger } from 'pino';
 import { ShardexError, isShardexError } from '../errors.js';
-import { sleep, type BackoffPolicy } from '../distrib/retry.js';
+import type { Deadline } from '../distrib/deadline.js';
+import { decideRetry, sleep, type BackoffPolicy } from '../distrib/retry.js';
 import type { ClusterSnapshot } from './cluster-state.js';
 import { classifyFailure, minHostsError, type HostAvailability, type SuspensionOwner } from './host-availability.js';
 import type { RetryInfo } from './types.js';
@@ -63,8 +67,11 @@ export interface Request<T> {
   readonly onFailure?: (f: AttemptFailure) => void;
   /** A `leader` route with parkWithoutLeader: told when the work starts and stops waiting for a leader. */
   readonly onParked?: (parked: boolean) => void;
-  /** The caller's cancellation and deadline: aborting rejects with its reason. */
-  readonly signal?: AbortSignal;
+  /**
+   * The caller's deadline and cancellation: its end rejects (SHX_TIMEOUT naming the last failed
+   * attempt, or the signal's reason), and no retry pauses past it.
+   */
+  readonly deadline?: Deadline | undefined;
 }
 
 export type Outcome<T> =
@@ -86,14 +93,16 @@ export interface ExecutorHost {
 const STALE_STATE_CODES = new Set(['SHX_NOT_LEADER', 'SHX_NO_LEADER', 'SHX_STALE_EPOCH']);
 
 export class RequestExecutor {
-  /** The latest failed attempt of the requests run with each caller signal: a deadline's error names it. */
-  private readonly lastFailures = new WeakMap<AbortSignal, unknown>();
+  /** The latest failed attempt of the requests run under each deadline: its SHX_TIMEOUT names it. */
+  private readonly lastFailures = new WeakMap<Deadline, unknown>();
 
   constructor(private readonly c: ExecutorHost) {}
 
-  /** The latest attempt that failed among the requests run with `signal`, if any did. */
-  lastFailure(signal: AbortSignal): unknown {
-    return this.lastFailures.get(signal);
+  /** The error that ends the operation of `deadline` now (naming its last failed attempt), if it is over. */
+  ended(deadline: Deadline | undefined): unknown {
+    if (deadline === undefined) return undefined;
+    const last = this.lastFailures.get(deadline);
+    return deadline.ended(last instanceof Error ? `the last attempt failed: ${last.message}` : undefined, last);
   }
 
   /** The listed data hosts that are not suspended (the gateway, in gateway mode). */
@@ -127,33 +136,37 @@ export class RequestExecutor {
     return hosts.every((h) => this.c.hosts.isSuspended(h));
   }
 
-  /** Sends `req` with failover and retries; never throws but for the caller's abort. */
+  /** Sends `req` with failover and retries; never throws but for the end of the caller's deadline. */
   async run<T>(job: JobContext, req: Request<T>): Promise<Outcome<T>> {
     let indeterminate = false;
     let spent = 0;
-    let pauses = 0;
     let host: string | undefined;
     const fail = (error: unknown, attempts: number): Outcome<T> => ({ ok: false, error, host, attempts, indeterminate });
-    const pauseSignal = anySignal(req.signal, job.signal);
+    const deadline = req.deadline;
+    const over = (): void => {
+      const ended = this.ended(deadline);
+      if (ended !== undefined) throw ended;
+    };
+    const pauseSignal = anySignal(deadline?.signal, job.signal);
     for (let attempt = 1; ; attempt++) {
       const stopped = job.stopReason();
       if (stopped !== undefined) return fail(stopped, attempt - 1);
-      if (req.signal?.aborted) throw req.signal.reason;
+      over();
       try {
         await this.beforeAttempt(job, req, pauseSignal);
         const reason = job.stopReason();
         if (reason !== undefined) return fail(reason, attempt - 1);
         host = attempt === 1 && req.firstHost !== undefined ? req.firstHost : this.pick(req.route, attempt);
       } catch (err) {
-        if (req.signal?.aborted) throw req.signal.reason;
+        over();
         const reason = job.stopReason();
         return fail(reason ?? err, attempt - 1);
       }
       try {
         return { ok: true, value: await req.send(host), host, attempts: attempt };
       } catch (err) {
-        if (req.signal?.aborted) throw req.signal.reason;
-        if (req.signal) this.lastFailures.set(req.signal, err);
+        over();
+        if (deadline) this.lastFailures.set(deadline, err);
         const failure = classifyFailure(err, this.c.hosts.codes);
         if (req.update && failure.indeterminate) indeterminate = true;
         const blamed = req.hostOf ? req.hostOf(err, host) : host;
@@ -171,17 +184,23 @@ export class RequestExecutor {
         const route = req.route;
         // A walk waits for its shard's leader without spending its retry budget (no fixed budget).
         const parks = route.to === 'leader' && route.parkWithoutLeader === true && this.shardUnserved(route.collection, route.shard);
-        const retryable = decision !== undefined || (failure.retryable && !req.onlyHostUnavailable);
-        const retrying = retryable && (parks || spent < job.maxRetries) && job.stopReason() === undefined;
-        if (!retrying) {
+        const retryable = (decision !== undefined || (failure.retryable && !req.onlyHostUnavailable)) && job.stopReason() === undefined;
+        const next = decideRetry(
+          { maxRetries: parks ? Infinity : job.maxRetries, backoff: parks ? NO_PAUSE : this.c.backoff, retryable: () => retryable },
+          err,
+          parks ? 1 : spent + 1,
+          deadline,
+        );
+        if (!next.retry) {
           req.onFailure?.({ ...info, delayMs: 0, retrying: false, indeterminate });
-          return fail(err, attempt);
+          // Cut short by the deadline: say so, naming this failure (as the deadline's end would).
+          return fail(next.why === 'deadline' ? deadline!.timeout(`a retry would end past it; the last attempt failed: ${(err as Error).message}`, err) : err, attempt);
         }
         if (!parks) spent++;
-        const delayMs = parks ? 0 : this.c.backoff(++pauses);
+        const delayMs = next.pauseMs;
         req.onFailure?.({ ...info, delayMs, retrying: true, indeterminate });
         this.c.logger.debug({ host, attempt, delayMs, err: (err as Error).message }, 'retrying');
-        if (delayMs > 0) await this.pause(delayMs, req.signal, pauseSignal);
+        if (delayMs > 0) await this.pause(delayMs, deadline, pauseSignal);
       }
     }
   }
@@ -216,25 +235,27 @@ export class RequestExecutor {
     req.onParked?.(true);
     for (let n = 1; this.shardUnserved(collection, shard); n++) {
       // Stopped (or past the deadline) while waiting: the work stays parked, the loop ends it.
-      if (job.stopReason() !== undefined) return;
-      await this.pause(this.c.backoff(n), req.signal, wake);
+      if (job.stopReason() !== undefined || req.deadline?.passed) return;
+      await this.pause(this.c.backoff(n), req.deadline, wake);
       await this.c.refresh().catch(() => undefined);
     }
     req.onParked?.(false);
     this.c.logger.info({ collection, shard, waitedMs: Date.now() - since }, 'shard has a leader again: its work resumes');
   }
 
-  /** A backoff pause; the caller's abort rejects, the job's stop ends it early. */
-  private async pause(ms: number, callerSignal: AbortSignal | undefined, wake: AbortSignal | undefined): Promise<void> {
+  /** A backoff pause, cut short by the deadline (the loop then ends the operation) or the job's stop. */
+  private async pause(ms: number, deadline: Deadline | undefined, wake: AbortSignal | undefined): Promise<void> {
     try {
-      await sleep(ms, wake);
+      await sleep(deadline ? Math.min(ms, deadline.remainingMs()) : ms, wake);
     } catch (err) {
-      if (callerSignal?.aborted) throw callerSignal.reason;
-      if (wake?.aborted) return; // stopped: the loop sees it
+      if (wake?.aborted) return; // cancelled or stopped: the loop sees it
       throw err;
     }
   }
 }
+
+/** Parked work retries as soon as the state lists a leader: park() did the waiting. */
+const NO_PAUSE: BackoffPolicy = () => 0;
 
 function anySignal(...signals: Array<AbortSignal | undefined>): AbortSignal | undefined {
   const s = signals.filter((x): x is AbortSignal => x !== undefined);

@@ -13,6 +13,7 @@
 //   the listener that failed), as DMSDK's do; on a stopped job they log a warning and return.
 import pLimit from 'p-limit';
 import { ShardexError, isShardexError } from '../errors.js';
+import { Deadline } from '../distrib/deadline.js';
 import { causeChain } from '../distrib/retry.js';
 import { PriorityName } from '../read/balance-settings.js';
 import type { ShardexClient } from './client.js';
@@ -123,7 +124,8 @@ export class QueryBatcher {
   private readonly job: JobContext;
   private readonly stopped$ = new AbortController();
   private readonly deadline$ = new AbortController();
-  private readonly requestSignal: AbortSignal;
+  /** Every request's deadline: the caller's signal and the job's own timeoutMs (deadline$). */
+  private readonly requestDeadline: Deadline;
   private readonly registrations: Registration[] = [];
   private readonly failureListeners: Array<Listener<QueryBatchFailureEvent>> = [];
   private readonly retryListeners: Array<Listener<QueryBatchRetryEvent>> = [];
@@ -160,7 +162,7 @@ export class QueryBatcher {
       stop: (reason) => this.stop(reason),
       signal: this.stopped$.signal,
     };
-    this.requestSignal = opts.signal ? AbortSignal.any([opts.signal, this.deadline$.signal]) : this.deadline$.signal;
+    this.requestDeadline = new Deadline({ what: `the query job on ${collection}`, signal: opts.signal ? AbortSignal.any([opts.signal, this.deadline$.signal]) : this.deadline$.signal });
     if (opts.signal) {
       if (opts.signal.aborted) this.stop(opts.signal.reason);
       else opts.signal.addEventListener('abort', () => this.stop(opts.signal!.reason), { once: true });
@@ -299,7 +301,7 @@ export class QueryBatcher {
         { q: this.query, after, limit: this.batchSize, ...(this.o.fields && { fields: this.o.fields }), ...(this.o.priority !== undefined && { priority: this.o.priority }) },
         {
           spread: shardBatch,
-          signal: this.requestSignal,
+          deadline: this.requestDeadline,
           onParked: (parked) => (w.parked = parked),
           onFailure: (f) => {
             last = f;

@@ -5,6 +5,7 @@
 // A host failure that would leave fewer than minHosts hosts stops the job; its report lists the
 // documents that were never sent. Failure listeners see every failed attempt (DMSDK).
 import pLimit, { type LimitFunction } from 'p-limit';
+import { Deadline } from '../distrib/deadline.js';
 import { admissionError } from '../distrib/documents.js';
 import type { CollectionSchema } from '../index/index.js';
 import { ShardexError, isShardexError } from '../errors.js';
@@ -138,6 +139,8 @@ export class WriteBatcher {
   private readonly o: WriteBatcherOptions;
   private readonly limit: LimitFunction;
   private readonly job: JobContext;
+  /** The caller's signal as every request's deadline (the job itself has no timeout). */
+  private readonly deadline: Deadline | undefined;
   private readonly stopped$ = new AbortController();
   private router: ShardRouter | undefined;
   private schema: CollectionSchema | undefined;
@@ -181,6 +184,7 @@ export class WriteBatcher {
       signal: this.stopped$.signal,
     };
     const every = intOption('flushIntervalMs', opts.flushIntervalMs, 0, 0);
+    this.deadline = opts.signal ? new Deadline({ what: `the write job on ${opts.collection}`, signal: opts.signal }) : undefined;
     if (opts.signal) {
       if (opts.signal.aborted) this.stop(opts.signal.reason);
       else opts.signal.addEventListener('abort', () => this.stop(opts.signal!.reason), { once: true });
@@ -327,7 +331,7 @@ export class WriteBatcher {
       out = await this.client.postShard(this.job, this.collection, batch.shard, batch.docs, {
         ...(this.o.minRf !== undefined && { minRf: this.o.minRf }),
         spread: batch.jobBatchNumber,
-        signal: this.o.signal,
+        deadline: this.deadline,
         onFailure: (f) => {
           last = f;
           if (!f.retrying) return;

@@ -1,10 +1,13 @@
 // The one retry policy of Shardex: which failures are transient, how long to pause (with
 // jitter), how many retries, and one deadline that bounds them all. `retry` runs an async
 // attempt under it (forwards to a leader, recovery); `nextPause` gives the same decision to loops
-// driven by timers (the command distributor); the smart client's executor uses the
-// classification and the backoff. A deadline is a point on this process's clock, and crosses
-// processes as the time remaining (`timeoutMs`), so no clocks need to agree.
-import { ShardexError, isShardexError } from '../errors.js';
+// driven by timers (the command distributor); the smart client's executor takes the same
+// decision (decideRetry) with its host suspension and parking around it. The deadline they
+// all share is deadline.ts's.
+import { isShardexError } from '../errors.js';
+import { sleep, type Deadline } from './deadline.js';
+
+export { Deadline, sleep } from './deadline.js';
 
 /** Socket-level error codes that mean "the host did not answer", not "the request was bad". */
 export const HOST_UNAVAILABLE_CODES: readonly string[] = [
@@ -72,48 +75,9 @@ export function exponentialBackoff(baseMs = 100, maxMs = 30_000): BackoffPolicy 
   return (attempt) => Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1));
 }
 
-export const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
-  new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = (): void => {
-      clearTimeout(t);
-      reject(signal!.reason);
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-
 /** Scales each pause down by up to `fraction` at random, so that retries started together spread out. */
 export function withJitter(backoff: BackoffPolicy, fraction = 0.2, random: () => number = Math.random): BackoffPolicy {
   return (attempt) => Math.round(backoff(attempt) * (1 - fraction * random()));
-}
-
-/** The time by which an operation, its retries included, must be over. */
-export class Deadline {
-  private constructor(readonly at: number) {}
-
-  /** `ms` from now on this process's clock. */
-  static after(ms: number): Deadline {
-    return new Deadline(Date.now() + ms);
-  }
-
-  /** The earlier of two deadlines (either may be absent). */
-  static earliest(a: Deadline | undefined, b: Deadline | undefined): Deadline | undefined {
-    if (a === undefined) return b;
-    if (b === undefined) return a;
-    return a.at <= b.at ? a : b;
-  }
-
-  remainingMs(): number {
-    return Math.max(0, this.at - Date.now());
-  }
-
-  get passed(): boolean {
-    return Date.now() >= this.at;
-  }
 }
 
 export interface RetryPolicy {
@@ -124,16 +88,25 @@ export interface RetryPolicy {
   readonly retryable?: (err: unknown) => boolean;
 }
 
-/**
- * After the n-th failed attempt (n >= 1): the pause before the next one, or undefined when the
- * failure is final (not retryable, no retry left, or the pause would end past the deadline).
- */
+/** Whether another attempt follows a failure, and why not when none does. */
+export type RetryDecision =
+  | { readonly retry: true; readonly pauseMs: number }
+  /** `final`: not retryable; `exhausted`: no retry left; `deadline`: the pause would end past it. */
+  | { readonly retry: false; readonly why: 'final' | 'exhausted' | 'deadline' };
+
+/** After the n-th failed attempt (n >= 1): another attempt after a pause, or the failure is final. */
+export function decideRetry(policy: RetryPolicy, err: unknown, failures: number, deadline?: Deadline): RetryDecision {
+  if (!(policy.retryable ?? isTransient)(err)) return { retry: false, why: 'final' };
+  if (failures > policy.maxRetries) return { retry: false, why: 'exhausted' };
+  const pauseMs = policy.backoff(failures);
+  if (deadline !== undefined && pauseMs >= deadline.remainingMs()) return { retry: false, why: 'deadline' };
+  return { retry: true, pauseMs };
+}
+
+/** decideRetry's pause, or undefined when the failure is final (for loops that need only that). */
 export function nextPause(policy: RetryPolicy, err: unknown, failures: number, deadline?: Deadline): number | undefined {
-  if (failures > policy.maxRetries) return undefined;
-  if (!(policy.retryable ?? isTransient)(err)) return undefined;
-  const pause = policy.backoff(failures);
-  if (deadline !== undefined && Date.now() + pause >= deadline.at) return undefined;
-  return pause;
+  const d = decideRetry(policy, err, failures, deadline);
+  return d.retry ? d.pauseMs : undefined;
 }
 
 export interface RetryOptions {
@@ -145,10 +118,12 @@ export interface RetryOptions {
 
 /**
  * Runs `attempt` (given its number, from 1) until it succeeds or fails for good; throws the last
- * failure. A deadline already passed fails with SHX_TIMEOUT before any attempt (nothing was done).
+ * failure. A deadline already passed fails with SHX_TIMEOUT before any attempt (nothing was done);
+ * a cancelled one with its reason.
  */
 export async function retry<T>(attempt: (n: number) => Promise<T>, policy: RetryPolicy, o: RetryOptions = {}): Promise<T> {
-  if (o.deadline?.passed) throw new ShardexError('SHX_TIMEOUT', 'the deadline passed before the first attempt; nothing was done');
+  const ended = o.deadline?.ended('its time was up before the first attempt; nothing was done');
+  if (ended !== undefined) throw ended;
   for (let n = 1; ; n++) {
     try {
       return await attempt(n);
@@ -156,7 +131,7 @@ export async function retry<T>(attempt: (n: number) => Promise<T>, policy: Retry
       const pause = nextPause(policy, err, n, o.deadline);
       if (pause === undefined) throw err;
       o.onRetry?.(err, n, pause);
-      await sleep(pause, o.signal);
+      await sleep(pause, o.signal ?? o.deadline?.signal);
     }
   }
 }

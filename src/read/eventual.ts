@@ -8,7 +8,8 @@
 // over, or when no reader holds a snapshot as new as `minVersion`.
 import { ShardexError } from '../errors.js';
 import type { NodeInfo } from '../coordination/index.js';
-import { ReadDeadline } from './read-deadline.js';
+import type { Deadline } from '../distrib/deadline.js';
+import { readDeadline } from './read-deadline.js';
 import type { Attempt, ReaderSelector } from './selector.js';
 import type { EventualOptions, ReaderAnswer } from './snapshot-reader.js';
 
@@ -46,7 +47,7 @@ export interface EventualRouterOptions {
 
 /** Where a routing starts from: the read's deadline and, for a later phase, the attempts so far. */
 export interface EventualRoute {
-  readonly deadline?: ReadDeadline;
+  readonly deadline?: Deadline;
   /** Attempts already made for this shard in this read (appended to). */
   readonly attempts?: Attempt[];
 }
@@ -82,7 +83,7 @@ export class EventualRouter {
 
   /** Runs `body` on a reader chosen for the shard, or `leader()` when none can serve. */
   async run<T>(req: EventualRequest, body: object, leader: () => Promise<{ node: string; value: T }>, route: EventualRoute = {}): Promise<EventualResult<T>> {
-    const deadline = route.deadline ?? new ReadDeadline(`eventual read of ${req.collection}/${req.shard}`);
+    const deadline = route.deadline ?? readDeadline(`eventual read of ${req.collection}/${req.shard}`);
     const attempts = route.attempts ?? [];
     const count = (result: Attempt['result']): number => attempts.reduce((n, a) => n + (a.result === result ? 1 : 0), 0);
     const doing = (): string => (attempts.length === 0 ? 'before any reader answered' : `after ${attempts.length} reader attempts, ${count('busy')} BUSY`);

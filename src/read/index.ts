@@ -45,7 +45,7 @@ export {
 export type { BalanceFilter } from './balance-settings.js';
 export { EventualRouter, readerFailure, parseMinVersion } from './eventual.js';
 export type { ServedBy, EventualRequest, EventualRoute, EventualResult, EventualRouterOptions, ReaderFailure } from './eventual.js';
-export { ReadDeadline, DEFAULT_READ_TIMEOUT_MS } from './read-deadline.js';
-export type { ReadDeadlineOptions, ReadClock } from './read-deadline.js';
+export { readDeadline, DEFAULT_READ_TIMEOUT_MS } from './read-deadline.js';
+export type { ReadDeadlineOptions } from './read-deadline.js';
 export { ReadPath, ReaderGroupRouters } from './read-path.js';
 export type { ReadOptions, ReadTransport, GroupRouting } from './read-path.js';

@@ -16,7 +16,8 @@ import type { StoredEntry } from '../ulog/index.js';
 import { PRIMARY_TARGET } from './balancer.js';
 import { EventualRouter, parseMinVersion, readerFailure, type EventualRequest, type EventualResult, type EventualRouterOptions, type ServedBy } from './eventual.js';
 import { DEFAULT_GROUP } from './profiles.js';
-import { ReadDeadline, type ReadDeadlineOptions } from './read-deadline.js';
+import type { Deadline } from '../distrib/deadline.js';
+import { readDeadline, type ReadDeadlineOptions } from './read-deadline.js';
 import { ReaderSelector, type Attempt } from './selector.js';
 import type { EventualOptions, ReaderAnswer } from './snapshot-reader.js';
 
@@ -32,6 +33,8 @@ export interface ReadOptions extends ReadDeadlineOptions {
    * are routed as usual.
    */
   readonly targets?: Readonly<Record<string, string>>;
+  /** The caller's own deadline (the smart client's operation): then timeoutMs and signal are its. */
+  readonly deadline?: Deadline;
 }
 
 /** Keeps an eventual read inside one reader group: the router for (group, the read's scan type). */
@@ -99,7 +102,7 @@ export class ReadPath {
     return target !== undefined && this.inGroup ? this.inGroup(target, opts.scanType) : this.eventual;
   }
 
-  private async onLeader<T>(collection: string, shard: string, method: 'get' | 'search', body: object, deadline: ReadDeadline): Promise<{ node: string; value: T }> {
+  private async onLeader<T>(collection: string, shard: string, method: 'get' | 'search', body: object, deadline: Deadline): Promise<{ node: string; value: T }> {
     const leader = this.t.leader(collection, shard);
     if (!leader) throw new ShardexError('SHX_NO_LEADER', `shard ${collection}/${shard} has no leader right now; retry shortly`);
     const doing = `waiting for ${leader}`;
@@ -134,11 +137,9 @@ export class ReadPath {
     };
   }
 
-  private deadline(what: string, opts: ReadOptions): ReadDeadline {
-    return new ReadDeadline(what, {
-      ...(opts.timeoutMs !== undefined && { timeoutMs: opts.timeoutMs }),
-      ...(opts.signal !== undefined && { signal: opts.signal }),
-    });
+  /** The read's deadline: the caller's own, or one made of its timeoutMs and signal. */
+  private deadline(what: string, opts: ReadOptions): Deadline {
+    return opts.deadline ?? readDeadline(what, opts);
   }
 
   /** Real-time get (immediate) or snapshot get (eventual) of ids of one shard. */
@@ -179,7 +180,7 @@ export class ReadPath {
   private readerPhases(
     router: EventualRouter,
     request: EventualRequest,
-    deadline: ReadDeadline,
+    deadline: Deadline,
     onLeader: <T>(body: ShardPhaseRequest) => Promise<{ node: string; value: T }>,
     record: (s: ServedBy) => void,
   ): <T>(body: ShardPhaseRequest) => Promise<T> {

@@ -2,7 +2,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { checkId, toAddOps } from '../../distrib/documents.js';
 import { ShardexError } from '../../errors.js';
-import { Deadline } from '../../distrib/retry.js';
+import { Deadline } from '../../distrib/deadline.js';
 import { isBalanceName } from '../../read/balance-settings.js';
 import { parseMinVersion } from '../../read/eventual.js';
 import type { CancelSignal } from '../../read/balancer-runtime.js';
@@ -181,7 +181,7 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
  * their retries, end by then; the leader's fan-out to its replicas does not (see update-processor).
  */
 function updateDeadline(v: unknown): Deadline | undefined {
-  return v === undefined ? undefined : Deadline.after(parseTimeoutMs(v, MAX_UPDATE_TIMEOUT_MS, '; nothing was done'));
+  return v === undefined ? undefined : Deadline.after(parseTimeoutMs(v, MAX_UPDATE_TIMEOUT_MS, '; nothing was done'), { what: 'the update' });
 }
 
 /** The longest update deadline a request may ask for: 10 minutes. */
