@@ -217,6 +217,24 @@ describe('onBatchFailure', () => {
     ]);
   });
 
+  it('pauses by default with the jittered exponential backoff: 100 then 200 ms, each up to 20% shorter at random', async () => {
+    const net = new FakeNet();
+    const { client } = onFake(net, { maxRetries: 2, backoff: undefined });
+    net.failNext((c) => c.method === 'POST', () => json(503, { error: 'recovering', code: 'SHX_RECOVERING' }), 2);
+    const job = client.writeBatcher({ collection: 'docs', batchSize: 1 });
+    const delays: number[] = [];
+    job.onBatchRetry((r) => void delays.push(r.delayMs));
+    await job.addAll([{ id: idsOn(net, 'shard1', 1)[0]! }]);
+    expect(await job.awaitCompletion()).toMatchObject({ written: 1, retries: 2 });
+    expect(delays).toHaveLength(2);
+    expect(delays[0]).toBeGreaterThanOrEqual(80);
+    expect(delays[0]).toBeLessThanOrEqual(100);
+    expect(delays[1]).toBeGreaterThanOrEqual(160);
+    expect(delays[1]).toBeLessThanOrEqual(200);
+    // Unjittered, both pauses would be exactly the formula's (clients retrying together stay in step).
+    expect(delays).not.toEqual([100, 200]);
+  });
+
   it('a job stopped below minHosts reports which documents were never sent, by id and position', async () => {
     const net = new FakeNet();
     const { client } = onFake(net, { minHosts: 3 });

@@ -10,7 +10,7 @@ import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { checkId, toAddOps } from '../distrib/documents.js';
 import { Deadline } from '../distrib/deadline.js';
-import { exponentialBackoff, type BackoffPolicy } from '../distrib/retry.js';
+import { exponentialBackoff, withJitter, type BackoffPolicy } from '../distrib/retry.js';
 import { groupByShard } from '../distrib/update-processor.js';
 import { ShardexError, isShardexError } from '../errors.js';
 import { ClusterSnapshot, type NodeView } from './cluster-state.js';
@@ -150,7 +150,7 @@ export class ShardexClient {
     this.fetchFn = apiKey === undefined ? fetchFn : withApiKey(fetchFn, apiKey);
     this.log = opts.logger?.child({ component: 'client' });
     this.logger = this.log ?? silentLogger();
-    this.backoff = functionOption<BackoffPolicy>('backoff', opts.backoff) ?? exponentialBackoff(100, 5000);
+    this.backoff = functionOption<BackoffPolicy>('backoff', opts.backoff) ?? withJitter(exponentialBackoff(100, 5000));
     this.requestTimeoutMs = intOption('requestTimeoutMs', opts.requestTimeoutMs, 60_000);
     this.concurrency = intOption('concurrency', opts.concurrency, 8);
     this.refreshIntervalMs = intOption('refreshIntervalMs', opts.refreshIntervalMs, 30_000, 0);

@@ -33,7 +33,7 @@ interface CommonClientOptions {
   readonly hostUnavailableCodes?: readonly string[];
   /** Retries of one request on a retryable failure (5xx, 429, connection errors, no answer). */
   readonly maxRetries?: number;
-  /** Pause after the n-th failed attempt; default exponential 100 ms .. 5 s. */
+  /** Pause after the n-th failed attempt; default exponential 100 ms .. 5 s, each pause up to 20% shorter at random. */
   readonly backoff?: BackoffPolicy;
   /** Timeout of one HTTP attempt (default 60 s). */
   readonly requestTimeoutMs?: number;
