@@ -1,11 +1,12 @@
 // Issue 14, reader items 2 and 5: later search phases of a shard use the busy timeout of the
 // plan that chose the reader; a BUSY (or failed) later phase restarts the shard on another
 // reader holding a snapshot at least as new; the read's timeoutMs bounds the leader's call too.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { Deadline } from '../src/distrib/deadline.js';
 import type { NodeInfo } from '../src/coordination/index.js';
 import { ShardexError } from '../src/errors.js';
 import { EventualRouter } from '../src/read/eventual.js';
-import { ReadPath, ReaderSelector } from '../src/read/index.js';
+import { DEFAULT_READ_TIMEOUT_MS, ReadPath, ReaderSelector } from '../src/read/index.js';
 import type { EventualOptions } from '../src/read/snapshot-reader.js';
 
 const reader = (name: string): NodeInfo => ({ name, http: '', grpc: '', role: 'reader' });
@@ -110,5 +111,19 @@ describe('the read deadline on the read path', () => {
     const [s1] = path.searchers('c', ['shard1'], { consistency: 'eventual', signal: AbortSignal.timeout(50) }, {});
     await s1!.stats({});
     await expect(s1!.query({}, {} as never)).rejects.toMatchObject({ code: 'SHX_TIMEOUT' });
+  });
+
+  it('follows the caller\'s own deadline, and gives one with neither a timeout nor a signal the read\'s default', async () => {
+    const { path } = setup(() => new Promise(() => undefined));
+    const own = Deadline.after(40, { what: 'getting c/a' });
+    await expect(path.get('c', 'shard1', ['a'], { consistency: 'eventual', deadline: own })).rejects.toMatchObject({ code: 'SHX_TIMEOUT', message: expect.stringMatching(/^getting c\/a did not complete within 40 ms/) });
+    vi.useFakeTimers();
+    try {
+      const open = path.get('c', 'shard1', ['a'], { consistency: 'eventual', deadline: new Deadline({ what: 'getting c/a' }) }).catch((e: unknown) => e);
+      await vi.advanceTimersByTimeAsync(DEFAULT_READ_TIMEOUT_MS);
+      expect(await open).toMatchObject({ code: 'SHX_TIMEOUT', message: expect.stringMatching(/within 30000 ms/) });
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

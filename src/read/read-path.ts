@@ -137,9 +137,14 @@ export class ReadPath {
     };
   }
 
-  /** The read's deadline: the caller's own, or one made of its timeoutMs and signal. */
+  /**
+   * The read's deadline: the caller's own, or one made of its timeoutMs and signal. A caller's
+   * deadline with neither a timeout nor a signal gets the read's default timeout.
+   */
   private deadline(what: string, opts: ReadOptions): Deadline {
-    return opts.deadline ?? readDeadline(what, opts);
+    const own = opts.deadline;
+    if (own === undefined) return readDeadline(what, opts);
+    return own.timeoutMs !== undefined || own.signal !== undefined ? own : readDeadline(what);
   }
 
   /** Real-time get (immediate) or snapshot get (eventual) of ids of one shard. */
