@@ -2,17 +2,21 @@
 // a `shardex dev` cluster (2 shards x 2 replicas), once into a collection with durability
 // `request` (every acknowledged batch synced on both replicas) and once into one with `async`,
 // beside the raw rate of writing the same documents with `level` batches in this process (the
-// floor of what a replica must do), synced and not.
+// floor of what a replica must do), synced and not; and beside the single-copy indexing rates of
+// the same documents (issue 15, aim 4): an in-process ShardIndex (memory only) and Apache Lucene
+// (bench/lucene.mjs: one copy, stored source, committed; --lucene 0 skips it).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Level } from 'level';
 import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
+import { parseSchema, ShardIndex } from '../dist/index/index.js';
+import { luceneRun } from './lucene.mjs';
 import { fmt, log, processCpuMs, ratio, startDevCluster } from './lib.mjs';
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined, lucene: 1 };
   for (let i = 0; i < rest.length; i += 2) {
     // --write-buffer-mb N: LevelDB's write buffer for the cluster's replicas AND the baseline store.
     const key = rest[i].replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
@@ -54,10 +58,14 @@ export async function run(rest) {
   const batches = [];
   for (let i = 0; i < docs.length; i += a.batch) batches.push(docs.slice(i, i + a.batch));
   const bodies = batches.map((b) => JSON.stringify(b));
+  // Single-copy indexing of the same documents, once (no cluster running meanwhile).
+  log('baseline: in-process ShardIndex, one copy in memory (the dev collections\' dynamic schema) ...');
+  const single = { shardIndex: shardIndexRate(docs) };
+  if (a.lucene) single.lucene = (await luceneRun(docs, [], { rounds: 0, warmup: 0, limit: 10 })).rate;
   const results = [];
   for (let r = 1; r <= a.runs; r++) {
     if (a.runs > 1) log(`-- run ${r} of ${a.runs}`);
-    results.push(await once(a, batches, bodies, r));
+    results.push(await once(a, batches, bodies, r, single));
   }
   if (a.runs > 1) {
     const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
@@ -70,11 +78,20 @@ export async function run(rest) {
       rawSync: { rate: m((x) => x.rawSync.rate), cpuUsPerDoc: m((x) => x.rawSync.cpuUsPerDoc) },
       rawAsync: { rate: m((x) => x.rawAsync.rate), cpuUsPerDoc: m((x) => x.rawAsync.cpuUsPerDoc) },
       requestVsAsync: m((x) => x.request.rate / x.async.rate),
-    }, `median of ${a.runs} runs`);
+    }, `median of ${a.runs} runs`, single);
   }
 }
 
-function table(a, x, title) {
+/** Indexing docs/s of one in-process ShardIndex holding every document (no store, no HTTP). */
+function shardIndexRate(docs) {
+  const byId = new Map(docs.map((d) => [d.id, d]));
+  const index = new ShardIndex(parseSchema({}), { lookup: (id) => byId.get(id) });
+  const t0 = performance.now();
+  for (const d of docs) index.add(d.id, d);
+  return docs.length / ((performance.now() - t0) / 1000);
+}
+
+function table(a, x, title, single) {
   log('');
   const buffer = a.writeBufferMb === undefined ? '' : `, LevelDB write buffer ${a.writeBufferMb} MiB in all`;
   const what = `${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight`;
@@ -84,6 +101,11 @@ function table(a, x, title) {
   log(`| raw level batches docs/s (one store, log + doc per document; sync: true / false) | ${fmt(x.rawSync.rate)} | ${fmt(x.rawAsync.rate)} | ${ratio(x.rawSync.rate, x.rawAsync.rate)} |`);
   log(`| shardex / raw level, same durability | ${ratio(x.request.rate, x.rawSync.rate)} | ${ratio(x.async.rate, x.rawAsync.rate)} | |`);
   log(`| dev cluster CPU per doc (user + system, all its threads; both replicas' work) | ${fmt(x.request.cpuUsPerDoc)} µs | ${fmt(x.async.cpuUsPerDoc)} µs | ${ratio(x.request.cpuUsPerDoc, x.async.cpuUsPerDoc)} |`);
+  log('');
+  log('| single-copy indexing of the same docs (baseline) | docs/s | shardex durability request / it | shardex durability async / it |');
+  log('|---|---|---|---|');
+  log(`| in-process ShardIndex, one copy in memory | ${fmt(single.shardIndex)} | ${ratio(x.request.rate, single.shardIndex)} | ${ratio(x.async.rate, single.shardIndex)} |`);
+  if (single.lucene !== undefined) log(`| Apache Lucene 8, one copy, stored source, committed | ${fmt(single.lucene)} | ${ratio(x.request.rate, single.lucene)} | ${ratio(x.async.rate, single.lucene)} |`);
 }
 
 async function ingest(a, cluster, collection, batches, bodies) {
@@ -113,7 +135,7 @@ async function ingest(a, cluster, collection, batches, bodies) {
   return { rate: a.docs / (ms / 1000), cpuUsPerDoc: ((processCpuMs(cluster.pid) - cpu0) * 1000) / a.docs };
 }
 
-async function once(a, batches, bodies, r) {
+async function once(a, batches, bodies, r, single) {
   log('baseline: raw level batches, sync: true ...');
   const rs = await rawLevel(batches, a.writeBufferMb, true);
   log('baseline: raw level batches, sync: false ...');
@@ -139,7 +161,7 @@ async function once(a, batches, bodies, r) {
       log(`ingest with durability ${mode} ...`);
       x[mode] = await ingest(a, cluster, mode === 'request' ? 'docs' : 'bulk', batches, bodies);
     }
-    table(a, x);
+    table(a, x, undefined, single);
     return x;
   } finally {
     await cluster.stop();

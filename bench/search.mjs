@@ -5,6 +5,9 @@
 // (better-sqlite3, ranked with bm25()) and MiniSearch. Also: indexing docs/s (HTTP, replication
 // 2) beside FTS5 inserts and MiniSearch addAll; memory per document (heap delta of one
 // in-process ShardIndex beside MiniSearch's); disk per document (the cluster's data dir).
+// And Apache Lucene (bench/lucene.mjs: Debian's liblucene8-java in a JVM, installed when missing) on
+// the same documents and queries, match counts checked, every Shardex figure printed as a ratio
+// to it (issue 15).
 //
 // The baselines are synchronous libraries: they run on this process's one thread, one query
 // after another, so their queries/s is the sequential rate. The dev cluster is one process (one
@@ -20,6 +23,7 @@ import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
 import { parseSchema, ShardIndex } from '../dist/index/index.js';
 import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, startDevCluster, vocabularyByRank } from './lib.mjs';
+import { luceneRun } from './lucene.mjs';
 
 const COLLECTION = 'bench';
 const FIELDS = { title: 'text', body: 'text', category: 'keyword', price: 'number', ts: 'date' };
@@ -27,12 +31,13 @@ const RETURNED = ['id', 'title', 'category', 'price'];
 const LIMIT = 10;
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000 };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000, lucene: 1, luceneWarmup: 20 };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '').replace(/-(\w)/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown flag ${rest[i]} (known: ${Object.keys(a).join(', ')})`);
     const n = Number(rest[i + 1]);
-    if (!Number.isFinite(n) || n < 0 || (n === 0 && key !== 'memoryDocs')) throw new Error(`${rest[i]} must be a positive number${key === 'memoryDocs' ? ' (or 0 to skip the phase)' : ''}`);
+    const mayBeZero = key === 'memoryDocs' || key === 'lucene';
+    if (!Number.isFinite(n) || n < 0 || (n === 0 && !mayBeZero)) throw new Error(`${rest[i]} must be a positive number${mayBeZero ? ' (or 0 to skip the phase)' : ''}`);
     a[key] = n;
   }
   return a;
@@ -465,15 +470,27 @@ export async function run(rest) {
     await fts.close();
   }
 
+  // ---- Apache Lucene, in its own JVM (the baseline issue 15 measures Shardex against) ----
+  let lucene;
+  if (a.lucene) {
+    checkTime('Lucene');
+    lucene = await luceneRun(docs, mix, { rounds: a.rounds, warmup: Math.max(a.warmup, a.luceneWarmup), limit: LIMIT });
+  }
+
   log('');
   log(`Query mix (words by frequency rank in the corpus vocabulary) and matches per engine:`);
   log('');
-  log('| query | shardex q | filter / sort | matches: shardex | FTS5 | MiniSearch | ShardIndex in-process |');
-  log('|---|---|---|---|---|---|---|');
+  log('| query | shardex q | filter / sort | matches: shardex | FTS5 | MiniSearch | ShardIndex in-process | Lucene |');
+  log('|---|---|---|---|---|---|---|---|');
   mix.forEach((q, i) => {
     const extra = [q.category && `category:${q.category}`, q.sortPrice && 'price desc'].filter(Boolean).join(', ') || '-';
-    log(`| ${q.name} | \`${queryText(q)}\` | ${extra} | ${fmt(http.totals[i])} | ${fmt(ftsTotals[i])} | ${fmt(miniTotals[i])} | ${fmt(localTotals[i])} |`);
+    log(`| ${q.name} | \`${queryText(q)}\` | ${extra} | ${fmt(http.totals[i])} | ${fmt(ftsTotals[i])} | ${fmt(miniTotals[i])} | ${fmt(localTotals[i])} | ${lucene ? fmt(lucene.totals[i]) : '-'} |`);
   });
+  if (lucene) {
+    const differ = mix.filter((_, i) => lucene.totals[i] !== http.totals[i] || lucene.totals[i] !== localTotals[i]).map((q) => q.name);
+    log('');
+    log(differ.length === 0 ? 'Match counts: Shardex (HTTP), ShardIndex and Lucene agree on every query.' : `MATCH COUNTS DIFFER between Shardex and Lucene for: ${differ.join('; ')} (the latency ratios of those queries compare different work)`);
+  }
 
   log('');
   log(`| figure | shardex (HTTP, 3 nodes, 2 shards x 2 replicas) | SQLite FTS5 (in-process) | MiniSearch (in-process) | shardex / FTS5 | shardex / MiniSearch | ShardIndex in-process (1 index, no HTTP; for reference) |`);
@@ -496,5 +513,32 @@ export async function run(rest) {
   log('');
   log('Ratios are shardex / baseline: above 1 means shardex is slower for latencies, faster for rates, larger for bytes.');
   log('');
+  if (lucene) luceneTable(a, mix, { http, localSeq, local, indexRate, lucene });
   if (a.memoryDocs > 0) await memoryAtScale(a);
+}
+
+/** Every Shardex figure as a ratio to Lucene's, measured in the same run (issue 15's aims). */
+function luceneTable(a, mix, { http, localSeq, local, indexRate, lucene }) {
+  const lx = lucene.exact;
+  const ld = lucene.default;
+  log(`Against Apache Lucene 8 (in-process, one JVM, BM25; \`exact\` counts every hit as Shardex does, \`default\` counts up to 1,000 then a lower bound; ${fmt(Math.max(a.warmup, a.luceneWarmup))} warm-up rounds for the JIT, ${a.rounds} timed):`);
+  log('');
+  log('| figure | ShardIndex in-process | shardex HTTP (3 nodes, 2 x 2) | Lucene exact | Lucene default | ShardIndex / Lucene default | ShardIndex / Lucene exact | shardex HTTP / Lucene default |');
+  log('|---|---|---|---|---|---|---|---|');
+  const row = (figure, l, h, e, d, show) => log(`| ${figure} | ${show(l)} | ${show(h)} | ${show(e)} | ${show(d)} | ${ratio(l, d)} | ${ratio(l, e)} | ${ratio(h, d)} |`);
+  mix.forEach((q, i) => {
+    const p = (run) => percentile(run.byQuery[i], 50);
+    row(`p50 ${q.name}`, p(localSeq), p(http.seq), p(lx), p(ld), ms);
+  });
+  row('p50, whole mix', percentile(localSeq.all, 50), percentile(http.seq.all, 50), percentile(lx.all, 50), percentile(ld.all, 50), ms);
+  row('p99, whole mix', percentile(localSeq.all, 99), percentile(http.seq.all, 99), percentile(lx.all, 99), percentile(ld.all, 99), ms);
+  row('queries/s, 1 client, sequential', localSeq.qps, http.seq.qps, lx.qps, ld.qps, fmt);
+  const overhead = (i) => percentile(http.seq.byQuery[i], 50) - percentile(localSeq.byQuery[i], 50);
+  const overheads = mix.map((_, i) => overhead(i));
+  log(`| distributed overhead per query (HTTP p50 - ShardIndex p50): min / max | ${ms(Math.min(...overheads))} / ${ms(Math.max(...overheads))} | | | | | | |`);
+  log(`| indexing docs/s (ShardIndex: one copy in memory; shardex: HTTP, 2 replicas, default durability; Lucene: one copy, stored source, committed) | ${fmt(local.rate)} | ${fmt(indexRate)} | ${fmt(lucene.rate)} | | ${ratio(local.rate, lucene.rate)} | | ${ratio(indexRate, lucene.rate)} |`);
+  log(`| index bytes per doc (ShardIndex: heap + external delta; Lucene: index files without stored fields) | ${perDoc(local.bytes, a.docs)} | | ${perDoc(lucene.indexBytesWithoutStored, a.docs)} | | ${ratio(local.bytes, lucene.indexBytesWithoutStored)} | | |`);
+  log(`| Lucene: all index files per doc (stored source included) / JVM heap of the open index per doc / segments | | | ${perDoc(lucene.indexBytes, a.docs)} / ${perDoc(lucene.heapBytes, a.docs)} / ${lucene.segments} | | | | |`);
+  log('');
+  log('Ratios are Shardex / Lucene: above 1 means Shardex is slower for latencies, faster for rates, larger for bytes.');
 }
