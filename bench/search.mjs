@@ -170,17 +170,25 @@ async function rssOf(pid) {
 
 async function shardexSearch(cluster, mix, a) {
   let next = 0;
+  // The coordinator's time per round (timing=true), recorded during the timed rounds only.
+  let phases;
   const runOne = async (q) => {
-    const url = `${cluster.urls[next++ % cluster.urls.length]}/api/collections/${COLLECTION}/search?${shardexParams(q)}`;
+    const url = `${cluster.urls[next++ % cluster.urls.length]}/api/collections/${COLLECTION}/search?${shardexParams(q)}${phases ? '&timing=true' : ''}`;
     const res = await httpRequest(url, { timeoutMs: 30_000 });
     if (res.status !== 200) throw new Error(`search ${q.name}: HTTP ${res.status} ${res.body.slice(0, 300)}`);
-    return JSON.parse(res.body);
+    const body = JSON.parse(res.body);
+    if (phases && body.timing) phases.push({ ...body.timing, tookMs: body.tookMs });
+    return body;
   };
   const totals = [];
   for (const q of mix) totals.push((await runOne(q)).total);
 
   log(`shardex: sequential latency, ${a.rounds} rounds of ${mix.length} queries over HTTP ...`);
-  const seq = await sequentialRun('shardex HTTP', mix, runOne, a);
+  for (let r = 0; r < a.warmup; r++) for (const q of mix) await runOne(q);
+  phases = [];
+  const seq = await sequentialRun('shardex HTTP', mix, runOne, { rounds: a.rounds, warmup: 0 });
+  seq.phases = phases;
+  phases = undefined;
 
   log(`shardex: queries/s with ${a.clients} concurrent HTTP clients for ${a.qpsSeconds} s ...`);
   const stopAt = performance.now() + a.qpsSeconds * 1000;
@@ -533,6 +541,9 @@ function luceneTable(a, mix, { http, localSeq, local, indexRate, lucene }) {
   row('p50, whole mix', percentile(localSeq.all, 50), percentile(http.seq.all, 50), percentile(lx.all, 50), percentile(ld.all, 50), ms);
   row('p99, whole mix', percentile(localSeq.all, 99), percentile(http.seq.all, 99), percentile(lx.all, 99), percentile(ld.all, 99), ms);
   row('queries/s, 1 client, sequential', localSeq.qps, http.seq.qps, lx.qps, ld.qps, fmt);
+  const phase = (key) => percentile(http.seq.phases.map((p) => p[key]), 50);
+  const took = phase('tookMs');
+  log(`| shardex HTTP p50 by round (the coordinator's timing=true): dfs / query / merge / fetch / coordinator total / outside it (HTTP, JSON, routing: client p50 - coordinator p50) | | ${['dfsMs', 'queryMs', 'mergeMs', 'fetchMs'].map((k) => ms(phase(k))).join(' / ')} / ${ms(took)} / ${ms(percentile(http.seq.all, 50) - took)} | | | | | |`);
   const overhead = (i) => percentile(http.seq.byQuery[i], 50) - percentile(localSeq.byQuery[i], 50);
   const overheads = mix.map((_, i) => overhead(i));
   log(`| distributed overhead per query (HTTP p50 - ShardIndex p50): min / max | ${ms(Math.min(...overheads))} / ${ms(Math.max(...overheads))} | | | | | | |`);

@@ -32,6 +32,20 @@ export interface SearchParams {
   readonly fields?: string;
   /** Report failed shards instead of failing the request (Solr's shards.tolerant). */
   readonly partial?: boolean;
+  /** Add each phase's time to the response (Solr's debug=timing). */
+  readonly timing?: boolean;
+}
+
+/** Where a search's time went, in ms on the coordinator (`timing=true`). */
+export interface SearchTiming {
+  /** The dfs round: every shard's term statistics, summed. */
+  readonly dfsMs: number;
+  /** The query round: every shard's top hits. */
+  readonly queryMs: number;
+  /** Merging the shards' hits into the page. */
+  readonly mergeMs: number;
+  /** The fetch round: the page's stored fields from the shards owning them. */
+  readonly fetchMs: number;
 }
 
 /** One shard's side of the three phases (local call or gRPC to the serving replica). */
@@ -47,6 +61,7 @@ export interface SearchResponse {
   readonly hits: Array<Record<string, unknown> & { id: string; score: number }>;
   readonly shards: { total: number; ok: number; failed: number; errors?: Record<string, string> };
   readonly tookMs: number;
+  readonly timing?: SearchTiming;
 }
 
 export async function distributedSearch(schema: CollectionSchema, shards: readonly ShardSearcher[], params: SearchParams): Promise<SearchResponse> {
@@ -71,6 +86,7 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
 
   const statsList = await Promise.all(live().map((s) => settle(s.shard, s.stats(params))));
   const global = mergeStats(statsList.filter((x): x is IndexStats => x !== undefined));
+  const tDfs = performance.now();
   const phase1 = await Promise.all(
     live().map(async (s) => {
       const result = await settle(s.shard, s.query(params, global));
@@ -82,7 +98,9 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
     const first = [...failed.values()][0];
     throw new ShardexError(first?.code ?? 'SHX_UNAVAILABLE', `every shard failed: ${[...failed].map(([s, e]) => `${s}: ${e.message}`).join('; ')}`);
   }
+  const tQuery = performance.now();
   const page = mergeSearchResults(responses, sort, offset, limit);
+  const tMerge = performance.now();
 
   const byShard = new Map(shards.map((s) => [s.shard, s]));
   const stored = new Map<string, StoredDoc>();
@@ -106,9 +124,12 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
       failed: failed.size,
       ...(failed.size > 0 && { errors: Object.fromEntries([...failed].map(([s, e]) => [s, e.message])) }),
     },
-    tookMs: Math.round((performance.now() - t0) * 100) / 100,
+    tookMs: ms(performance.now() - t0),
+    ...(params.timing && { timing: { dfsMs: ms(tDfs - t0), queryMs: ms(tQuery - tDfs), mergeMs: ms(tMerge - tQuery), fetchMs: ms(performance.now() - tMerge) } }),
   };
 }
+
+const ms = (x: number): number => Math.round(x * 100) / 100;
 
 /** One phase of a distributed search, as a shard's replica (or a snapshot reader) receives it. */
 export type ShardPhaseRequest =

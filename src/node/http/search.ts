@@ -32,6 +32,7 @@ const SearchQuery = z
     limit: intText('limit').optional(),
     fields: z.union([z.string(), z.array(z.string())]).transform((v) => (Array.isArray(v) ? v.join(',') : v)).optional(),
     partial: boolText.optional(),
+    timing: boolText.optional(),
     consistency: z.enum(['immediate', 'eventual']).optional(),
     scanType: z.string().optional(),
     minVersion: z.union([z.string(), z.number()]).transform(String).optional(),
@@ -54,6 +55,7 @@ export function parseSearchParams(input: unknown): SearchParams & { read: ReadOp
     ...(p.limit !== undefined && { limit: p.limit }),
     ...(p.fields !== undefined && { fields: p.fields }),
     ...(p.partial !== undefined && { partial: p.partial }),
+    ...(p.timing === true && { timing: true }),
     read: parseReadOptions({
       ...(p.consistency !== undefined && { consistency: p.consistency }),
       ...(p.scanType !== undefined && { scanType: p.scanType }),
