@@ -5,6 +5,9 @@
 //   query   every shard returns its top offset+limit ids with sort values, scored with the
 //           global statistics; the coordinator merges them into the page;
 //   fetch   only the shards owning the page's ids are asked for their stored fields.
+// A small page (offset + limit at most FETCH_WITH_QUERY_MAX) has its stored fields returned with
+// the query round instead (Elasticsearch's query_and_fetch): each shard reads its few top
+// documents at once, read at the same moment as the hits, and the fetch round is not needed.
 // Shards are asked in parallel; with `partial`, a shard that fails is reported, not fatal.
 import { ShardexError } from '../errors.js';
 import {
@@ -34,6 +37,16 @@ export interface SearchParams {
   readonly partial?: boolean;
   /** Add each phase's time to the response (Solr's debug=timing). */
   readonly timing?: boolean;
+  /** Set by the coordinator for a small page: the query round also returns the hits' stored fields. */
+  readonly fetchInQuery?: boolean;
+}
+
+/** Pages up to this size (offset + limit) are fetched with the query round. */
+export const FETCH_WITH_QUERY_MAX = 20;
+
+/** A shard's query round: its top hits, and their stored fields when the coordinator asked for them. */
+export interface ShardQueryResult extends ShardSearchResult {
+  readonly docs?: StoredDoc[];
 }
 
 /** Where a search's time went, in ms on the coordinator (`timing=true`). */
@@ -52,7 +65,7 @@ export interface SearchTiming {
 export interface ShardSearcher {
   readonly shard: string;
   stats(params: SearchParams): Promise<IndexStats>;
-  query(params: SearchParams, stats: IndexStats): Promise<ShardSearchResult>;
+  query(params: SearchParams, stats: IndexStats): Promise<ShardQueryResult>;
   fetch(ids: readonly string[], fields: string | undefined): Promise<StoredDoc[]>;
 }
 
@@ -87,13 +100,14 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
   const statsList = await Promise.all(live().map((s) => settle(s.shard, s.stats(params))));
   const global = mergeStats(statsList.filter((x): x is IndexStats => x !== undefined));
   const tDfs = performance.now();
+  const queryParams = offset + limit <= FETCH_WITH_QUERY_MAX ? { ...params, fetchInQuery: true } : params;
   const phase1 = await Promise.all(
     live().map(async (s) => {
-      const result = await settle(s.shard, s.query(params, global));
+      const result = await settle(s.shard, s.query(queryParams, global));
       return result && { shard: s.shard, result };
     }),
   );
-  const responses = phase1.filter((r): r is { shard: string; result: ShardSearchResult } => r !== undefined && !failed.has(r.shard));
+  const responses = phase1.filter((r): r is { shard: string; result: ShardQueryResult } => r !== undefined && !failed.has(r.shard));
   if (responses.length === 0 && shards.length > 0) {
     const first = [...failed.values()][0];
     throw new ShardexError(first?.code ?? 'SHX_UNAVAILABLE', `every shard failed: ${[...failed].map(([s, e]) => `${s}: ${e.message}`).join('; ')}`);
@@ -103,10 +117,11 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
   const tMerge = performance.now();
 
   const byShard = new Map(shards.map((s) => [s.shard, s]));
+  const fetched = new Map(responses.map((r) => [r.shard, r.result.docs]));
   const stored = new Map<string, StoredDoc>();
   await Promise.all(
     [...page.idsByShard].map(async ([shard, ids]) => {
-      const docs = await settle(shard, byShard.get(shard)!.fetch(ids, params.fields));
+      const docs = fetched.get(shard) ?? (await settle(shard, byShard.get(shard)!.fetch(ids, params.fields)));
       for (const d of docs ?? []) stored.set(String(d.id), d);
     }),
   );
@@ -153,16 +168,23 @@ export async function servePhase(req: ShardPhaseRequest, index: ReplicaSearcher,
   switch (req.kind) {
     case 'stats':
       return index.collectStats(shardRequest(req.params));
-    case 'query':
-      return index.search(shardRequest(req.params), req.stats);
-    case 'fetch': {
-      const entries = await store.getMany(req.ids);
-      const wanted = parseFieldList(req.fields);
-      const out: StoredDoc[] = [];
-      entries.forEach((e, i) => {
-        if (e && e.doc !== null) out.push(projectFields(req.ids[i]!, e.doc as StoredDoc, wanted));
-      });
-      return out;
+    case 'query': {
+      const result: ShardQueryResult = index.search(shardRequest(req.params), req.stats);
+      if (!req.params.fetchInQuery) return result;
+      return { ...result, docs: await storedFields(store, result.hits.map((h) => h.id), req.params.fields) };
     }
+    case 'fetch':
+      return storedFields(store, req.ids, req.fields);
   }
+}
+
+/** The stored fields of `ids` (those still stored), projected to `fields`. */
+async function storedFields(store: Pick<ReplicaStore, 'getMany'>, ids: readonly string[], fields: string | undefined): Promise<StoredDoc[]> {
+  const entries = await store.getMany(ids);
+  const wanted = parseFieldList(fields);
+  const out: StoredDoc[] = [];
+  entries.forEach((e, i) => {
+    if (e && e.doc !== null) out.push(projectFields(ids[i]!, e.doc as StoredDoc, wanted));
+  });
+  return out;
 }
