@@ -15,11 +15,14 @@ export const adminRoutes: FastifyPluginAsync = async (app) => {
     app.shardex.assertReady();
     return clusterView(app.shardex.coordinator);
   });
-  app.get('/api/readers', { config: { access: 'any' } }, async () => {
+  // The caller's key goes on to the readers: readers with --api-keys take the same keys file.
+  app.get('/api/readers', { config: { access: 'any' } }, async (req) => {
+    const authorization = req.headers.authorization;
     const readers = await Promise.all(
       app.shardex.readers().map(async (r) => {
         try {
-          const res = await fetch(`${r.http}/api/reader`, { signal: AbortSignal.timeout(2000) });
+          const res = await fetch(`${r.http}/api/reader`, { signal: AbortSignal.timeout(2000), ...(authorization !== undefined && { headers: { authorization } }) });
+          if (!res.ok) return { name: r.name, group: r.group ?? 'default', error: `answered ${res.status}: ${((await res.json().catch(() => ({}))) as { error?: string }).error ?? 'no message'}` };
           return (await res.json()) as object;
         } catch (err) {
           return { name: r.name, group: r.group ?? 'default', error: `not reachable: ${(err as Error).message}` };
