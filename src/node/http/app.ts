@@ -26,6 +26,8 @@ export interface HttpOptions {
   readonly limits?: Partial<HttpLimits>;
   /** PEM certificate and key (`--tls-cert`, `--tls-key`): serve https only. */
   readonly https?: { readonly cert: Buffer; readonly key: Buffer };
+  /** PEM CA(s) (`--tls-ca`) the node's own https calls (a reader's status) verify against; absent: the system's. */
+  readonly trustedCa?: Buffer;
 }
 
 declare module 'fastify' {
@@ -153,7 +155,7 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   app.addHook('onRequest', async (req) => {
     if (!node.ready && !req.url.startsWith('/health') && !req.url.startsWith('/metrics')) node.assertReady();
   });
-  await app.register(adminRoutes);
+  await app.register(adminRoutes, { ...(opts.trustedCa && { trustedCa: opts.trustedCa }) });
   await app.register(collectionRoutes);
   await app.register(docRoutes);
   await app.register(searchRoutes);
