@@ -81,7 +81,12 @@ describe('a snapshot reader with API keys', () => {
   it('counts its requests per route and status, refusals included', async () => {
     await http('GET', `${reader}/api/reader`);
     await http('GET', `${reader}/api/reader`, undefined, bearer(KEYS.admin));
-    const text = await metrics();
+    // A request is counted once its answer is sent, which the client may see first: wait for the counts.
+    const counted = (text: string): boolean => ['401', '200'].every((status) => (sample(text, 'shardex_http_requests_total', `{method="GET",route="/api/reader",status_code="${status}"}`) ?? 0) >= 1);
+    const text = await pollUntil('the requests counted', async () => {
+      const t = await metrics();
+      return counted(t) ? t : undefined;
+    }, { ms: 10_000, everyMs: 20 });
     expect(sample(text, 'shardex_http_requests_total', '{method="GET",route="/api/reader",status_code="401"}')).toBeGreaterThanOrEqual(1);
     expect(sample(text, 'shardex_http_requests_total', '{method="GET",route="/api/reader",status_code="200"}')).toBeGreaterThanOrEqual(1);
     expect(sample(text, 'shardex_http_request_duration_seconds_count', '{method="GET",route="/api/reader",status_code="200"}')).toBeGreaterThanOrEqual(1);
