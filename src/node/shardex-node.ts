@@ -309,7 +309,7 @@ export class ShardexNode {
     const advertised = this.o.advertiseHost ?? host;
     this.grpcAddress = `${advertised}:${grpcPort}`;
     const https = this.o.tls && { cert: this.o.tls.cert, key: this.o.tls.key };
-    this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, ...this.o.http, ...(https && { https }), logger: this.log });
+    this.http = await buildHttp(this, { bodyLimit: this.o.bodyLimit ?? 100 * 1024 * 1024, ...this.o.http, ...(https && { https }), ...(this.o.tls?.ca && { trustedCa: this.o.tls.ca }), logger: this.log });
     await this.http.listen({ host, port: this.o.httpPort }).catch((err: Error) => {
       throw portError('HTTP', host, this.o.httpPort, err);
     });

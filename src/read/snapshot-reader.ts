@@ -21,15 +21,17 @@ import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Registry } from 'prom-client';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { Coordinator, NodeInfo } from '../coordination/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { servePhase, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
 import { ShardexError } from '../errors.js';
-import { PeerClients, PeerServer, portError, type TlsMaterial } from '../transport/index.js';
+import { PeerClients, PeerServer, type TlsMaterial } from '../transport/index.js';
 import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 import { ReplicaStore } from '../ulog/index.js';
+import type { ApiKey } from '../node/http/auth.js';
+import { startReaderHttp } from './reader-http.js';
 import { ScanPool } from './scan-pool.js';
 
 export interface EventualOptions {
@@ -77,6 +79,8 @@ export interface SnapshotReaderOptions {
   readonly clusterSecret?: string;
   /** TLS of the HTTP and gRPC servers and of the gRPC clients (`--tls-cert`, `--tls-key`); with its `ca`, gRPC is mutual TLS (`--tls-ca`). */
   readonly tls?: TlsMaterial;
+  /** API keys of the reader's HTTP port (`--api-keys`): everything but /health then needs a valid key. */
+  readonly apiKeys?: readonly ApiKey[];
   /** The clock of snapshot ages, ms (tests inject one). */
   readonly now?: () => number;
 }
@@ -122,6 +126,7 @@ export class SnapshotReader {
   private readonly busyCounter: Counter;
   private readonly servedCounter: Counter;
   private readonly refreshCounter: Counter;
+  private readonly cache: { readonly hits: Counter; readonly misses: Counter; readonly copies: Counter; readonly evictions: Counter };
   private readonly now: () => number;
   private readonly expiryMs: number;
   private generation = 0;
@@ -140,6 +145,13 @@ export class SnapshotReader {
     this.busyCounter = new Counter({ name: 'shardex_reader_busy_total', help: 'Requests refused as BUSY', registers: [this.metrics] });
     this.servedCounter = new Counter({ name: 'shardex_reader_scans_total', help: 'Scans served', registers: [this.metrics] });
     this.refreshCounter = new Counter({ name: 'shardex_reader_refreshes_total', help: 'Times a cached shard asked its leader for a newer commit point', registers: [this.metrics] });
+    const counter = (name: string, help: string): Counter => new Counter({ name, help, registers: [this.metrics] });
+    this.cache = {
+      hits: counter('shardex_reader_cache_hits_total', 'Scans that found their shard in the local cache'),
+      misses: counter('shardex_reader_cache_misses_total', 'Scans that found their shard not cached (and waited for a copy)'),
+      copies: counter('shardex_reader_copies_total', "Full copies of a shard's commit point made from its leader (first use, or a log that no longer reaches back)"),
+      evictions: counter('shardex_reader_evictions_total', 'Cached shards evicted past the disk budget'),
+    };
     const shards = this.shards;
     new Gauge({
       name: 'shardex_reader_cached_shards',
@@ -184,21 +196,17 @@ export class SnapshotReader {
     await mkdir(this.o.dataDir, { recursive: true });
     const advertised = this.o.advertiseHost ?? host;
     this.grpcAddress = `${advertised}:${await this.server.listen(host, this.o.grpcPort)}`;
-    const app = Fastify({
-      ...(this.o.tls && { https: { cert: this.o.tls.cert, key: this.o.tls.key } }),
-      loggerInstance: this.log as FastifyBaseLogger,
-      logController: new LogController({ disableRequestLogging: true }),
+    const app = await startReaderHttp({
+      host,
+      port: this.o.httpPort,
+      logger: this.log,
+      metrics: this.metrics,
+      ...(this.o.tls && { tls: this.o.tls }),
+      ...(this.o.apiKeys && { apiKeys: this.o.apiKeys }),
+      health: () => ({ status: this.pool.draining ? 'draining' : 'ok', reader: this.name, group: this.group }),
+      status: () => this.status(),
     });
-    app.get('/health', async () => ({ status: this.pool.draining ? 'draining' : 'ok', reader: this.name, group: this.group }));
-    app.get('/api/reader', async () => this.status());
-    app.get('/metrics', async (_req, reply) => {
-      void reply.header('content-type', this.metrics.contentType);
-      return this.metrics.metrics();
-    });
-    await app.listen({ host, port: this.o.httpPort }).catch((err: Error) => {
-      throw portError('HTTP', host, this.o.httpPort, err);
-    });
-    this.http = app as unknown as FastifyInstance;
+    this.http = app;
     const addr = app.server.address();
     this.httpUrl = `${this.o.tls ? 'https' : 'http'}://${advertised}:${typeof addr === 'object' && addr ? addr.port : this.o.httpPort}`;
     await this.o.coordinator.start(this.info);
@@ -260,7 +268,9 @@ export class SnapshotReader {
   private async acquire(collection: string, shard: string, minVersion?: number): Promise<CachedShard> {
     const key = `${collection}/${shard}`;
     const arrived = this.now();
-    let cached = this.hold(this.shards.get(key) ?? (await this.loadOnce(collection, shard)));
+    const found = this.shards.get(key);
+    (found ? this.cache.hits : this.cache.misses).inc();
+    let cached = this.hold(found ?? (await this.loadOnce(collection, shard)));
     try {
       const behind = (c: CachedShard): boolean => minVersion !== undefined && c.commit.version < minVersion;
       // Checked at most the expiry before this request started: it holds every commit acknowledged before then.
@@ -368,6 +378,7 @@ export class SnapshotReader {
       const copy = this.peers.streamCall<StoredEntry[]>(leader, 'copyShard', { collection, shard, commit: true });
       for await (const chunk of untilStalled(copy, this.o.copyStallMs ?? DEFAULT_COPY_STALL_MS, `copying ${key} from ${leader}`)) await replica.apply(chunk);
       const cached: CachedShard = { key, dir, replica, binding, commit, checkedAt: asked, lastUsed: this.now(), users: 0, retired: false };
+      this.cache.copies.inc();
       const previous = this.shards.get(key);
       this.shards.set(key, cached);
       if (previous) void this.retire(previous);
@@ -424,6 +435,7 @@ export class SnapshotReader {
       const victim = lru.shift()!;
       // Retired at once (no new request gets it), closed after the requests reading it.
       await this.retire(victim);
+      this.cache.evictions.inc();
       used = await dirSize(this.o.dataDir);
       this.log.info({ shard: victim.key, used, budget }, 'evicted a cached shard');
     }

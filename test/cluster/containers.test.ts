@@ -1,11 +1,16 @@
 // Issue 13: the compose deployment, in real containers. The repository's docker-compose.yml
 // (unchanged but for its image variables and published ports) runs under podman-compose with
 // images built on this machine (test/support/containers.ts): one ZooKeeper, three data nodes,
-// two snapshot readers. The test talks to them only through ports published on 127.0.0.1; they
-// talk to each other only on the compose network of this run. Teardown removes the containers,
+// two snapshot readers. The compose file's security settings are used for real: the test makes
+// an API keys file (a key per role) and a cluster secret, and points the file's `secrets:` at them
+// (SHARDEX_SECRETS_DIR); every node then requires keys and every node and reader carries the secret
+// (a node bound to 0.0.0.0 refuses to start without either, so every healthy node has both). The
+// test talks to them only through ports published on 127.0.0.1; they talk to each other only on the
+// compose network of this run. Teardown removes the containers,
 // the network, the volumes and the images, also when the test fails.
 // If the container engine cannot start, the test fails and says what is missing.
-import { rmSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -32,6 +37,21 @@ const NODES = ['shardex1', 'shardex2', 'shardex3'] as const;
 const READERS = ['reader1', 'reader2'] as const;
 const C = 'books';
 const HEALTHY_WITHIN_MS = 60_000;
+/** The keys of this run, one per role (the keys file holds their SHA-256 only). */
+const KEYS = { reader: randomBytes(24).toString('hex'), writer: randomBytes(24).toString('hex'), admin: randomBytes(24).toString('hex') } as const;
+const ROLES = { reader: ['read'], writer: ['write'], admin: ['admin'] } as const;
+
+/** api-keys.json and cluster.secret, as docker-compose.yml's `secrets:` read them, readable by the image's uid 1000 only. */
+function writeSecrets(dir: string): void {
+  mkdirSync(dir, { recursive: true });
+  const keys = (Object.keys(KEYS) as Array<keyof typeof KEYS>).map((name) => ({ name, sha256: createHash('sha256').update(KEYS[name]).digest('hex'), roles: ROLES[name] }));
+  writeFileSync(path.join(dir, 'api-keys.json'), JSON.stringify(keys));
+  writeFileSync(path.join(dir, 'cluster.secret'), `${randomBytes(32).toString('hex')}\n`);
+  for (const file of ['api-keys.json', 'cluster.secret']) {
+    chownSync(path.join(dir, file), 1000, 1000);
+    chmodSync(path.join(dir, file), 0o400);
+  }
+}
 
 const startedAt = Date.now();
 const timings: Array<[string, number]> = [];
@@ -56,12 +76,13 @@ interface Reply<T = any> {
   readonly body: T;
 }
 
-/** One HTTP request to a published port on 127.0.0.1 (the only addresses this test contacts). */
-async function request<T = any>(method: string, url: string, body?: unknown): Promise<Reply<T>> {
+/** One HTTP request to a published port on 127.0.0.1 (the only addresses this test contacts), with `key` as its bearer key. */
+async function request<T = any>(method: string, url: string, key: string | undefined, body?: unknown): Promise<Reply<T>> {
   if (!url.startsWith('http://127.0.0.1:')) throw new Error(`refusing to contact ${url}: only ports published on 127.0.0.1`);
   const res = await fetch(url, {
     method,
-    ...(body !== undefined && { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }),
+    headers: { ...(body !== undefined && { 'content-type': 'application/json' }), ...(key !== undefined && { authorization: `Bearer ${key}` }) },
+    ...(body !== undefined && { body: JSON.stringify(body) }),
     signal: AbortSignal.timeout(15_000),
   });
   const text = await res.text();
@@ -85,6 +106,8 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
   let project: ComposeProject | undefined;
   const name = projectName();
   const buildDir = path.join(REPO, '.container-build', name);
+  // Written after the image build (never in its context); removed with the build directory.
+  const secretsDir = path.join(buildDir, 'secrets');
   const url: Record<string, string> = {};
   let tornDown = false;
 
@@ -113,6 +136,7 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
         SHARDEX_ZOOKEEPER_IMAGE: images.zookeeper,
         SHARDEX_BUILD_TARGET: 'runtime-prebuilt',
         SHARDEX_PREBUILT_DIR: path.relative(REPO, buildDir),
+        SHARDEX_SECRETS_DIR: secretsDir,
         ...Object.fromEntries(NODES.map((n, i) => [`SHARDEX_PORT_${i + 1}`, String(ports[i])])),
         ...Object.fromEntries(READERS.map((r, i) => [`SHARDEX_READER_PORT_${i + 1}`, String(ports[NODES.length + i])])),
       });
@@ -132,7 +156,8 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
           }
         });
       });
-      rmSync(buildDir, { recursive: true, force: true });
+      rmSync(path.join(buildDir, 'app.tar'), { force: true });
+      writeSecrets(secretsDir);
 
       await timed('compose up -d', async () => {
         const up = await project!.compose(['up', '-d'], 120_000);
@@ -151,7 +176,7 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
             let last = 'no answer';
             try {
               await until(`${service} /health = 200`, HEALTHY_WITHIN_MS, async () => {
-                const r = await request('GET', `${url[service]}/health`);
+                const r = await request('GET', `${url[service]}/health`, undefined);
                 last = `${r.status} ${JSON.stringify(r.body)}`;
                 return r.status === 200 ? true : undefined;
               });
@@ -180,40 +205,60 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
       const check = await engine!.podman(['healthcheck', 'run', project!.container(service)], 20_000);
       expect(check.code, `${service}: ${check.stdout}${check.stderr}`).toBe(0);
     }
-    for (const node of NODES) expect((await request('GET', `${url[node]}/health/live`)).status).toBe(200);
-    const health = await request('GET', `${url.shardex1}/health`);
+    for (const node of NODES) expect((await request('GET', `${url[node]}/health/live`, undefined)).status).toBe(200);
+    const health = await request('GET', `${url.shardex1}/health`, undefined);
     expect(health.body).toMatchObject({ status: 'ok', node: 'shardex1' });
   });
 
+  it('requires an API key on every node (401 without, 403 without the role) and serves the key with the role', { timeout: 60_000 }, async () => {
+    for (const node of NODES) {
+      for (const key of [undefined, 'not-a-key']) {
+        const refused = await request('GET', `${url[node]}/api/cluster`, key);
+        expect(refused.status, `${node} ${JSON.stringify(refused.body)}`).toBe(401);
+        expect(refused.body.code).toBe('SHX_UNAUTHORIZED');
+      }
+      expect((await request('GET', `${url[node]}/api/cluster`, KEYS.writer)).status).toBe(200);
+    }
+    const noAdmin = await request('POST', `${url.shardex2}/api/collections`, KEYS.writer, { name: 'refused', numShards: 1, replicationFactor: 1 });
+    expect(noAdmin.status, JSON.stringify(noAdmin.body)).toBe(403);
+    expect(noAdmin.body.code).toBe('SHX_FORBIDDEN');
+    expect((await request('POST', `${url.shardex3}/api/collections`, undefined, { name: 'refused', numShards: 1, replicationFactor: 1 })).status).toBe(401);
+    expect((await request('GET', `${url.shardex1}/api/collections/refused`, KEYS.reader)).status).toBe(404);
+  });
+
   it('creates a collection, indexes and searches through ports published on 127.0.0.1', { timeout: 60_000 }, async () => {
-    const created = await request('POST', `${url.shardex1}/api/collections`, { name: C, numShards: 2, replicationFactor: 3, fields: { title: 'text', n: 'number' } });
+    const created = await request('POST', `${url.shardex1}/api/collections`, KEYS.admin, { name: C, numShards: 2, replicationFactor: 3, fields: { title: 'text', n: 'number' } });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
-    await until('every shard led and every replica active', 30_000, async () => (settled((await request<ClusterView>('GET', `${url.shardex3}/api/cluster`)).body, C) ? true : undefined));
+    await until('every shard led and every replica active', 30_000, async () => (settled((await request<ClusterView>('GET', `${url.shardex3}/api/cluster`, KEYS.reader)).body, C) ? true : undefined));
     const docs = Array.from({ length: 50 }, (_, n) => ({ id: `book-${n}`, title: n === 7 ? 'Dune' : `Book number ${n}`, n }));
-    const added = await request('POST', `${url.shardex2}/api/collections/${C}/docs?minRf=3`, docs);
+    const added = await request('POST', `${url.shardex2}/api/collections/${C}/docs?minRf=3`, KEYS.writer, docs);
     expect(added.status, JSON.stringify(added.body)).toBe(200);
     expect(added.body).toMatchObject({ added: 50, rf: 3 });
-    const got = await request('GET', `${url.shardex3}/api/collections/${C}/docs/book-7`);
+    const got = await request('GET', `${url.shardex3}/api/collections/${C}/docs/book-7`, KEYS.reader);
     expect(got.body).toMatchObject({ id: 'book-7', title: 'Dune' });
-    const found = await request('GET', `${url.shardex1}/api/collections/${C}/search?q=title:dune`);
+    // Roles: a write key cannot read, a read key cannot write; nothing the refused write carried is stored.
+    expect((await request('GET', `${url.shardex1}/api/collections/${C}/docs/book-7`, KEYS.writer)).status).toBe(403);
+    expect((await request('POST', `${url.shardex1}/api/collections/${C}/docs`, KEYS.reader, [{ id: 'refused-1', title: 'x' }])).status).toBe(403);
+    expect((await request('GET', `${url.shardex1}/api/collections/${C}/docs/refused-1`, KEYS.reader)).status).toBe(404);
+    const found = await request('GET', `${url.shardex1}/api/collections/${C}/search?q=title:dune`, KEYS.reader);
     expect(found.body).toMatchObject({ total: 1, hits: [{ id: 'book-7' }], shards: { total: 2, ok: 2, failed: 0 } });
-    expect((await request('GET', `${url.shardex2}/api/collections/${C}/search?q=*&limit=0`)).body.total).toBe(50);
+    expect((await request('GET', `${url.shardex2}/api/collections/${C}/search?q=*&limit=0`, KEYS.reader)).body.total).toBe(50);
   });
 
   it('serves eventual reads from the snapshot readers', { timeout: 60_000 }, async () => {
-    expect((await request('POST', `${url.shardex1}/api/collections/${C}/commit`)).status).toBe(200);
+    expect((await request('POST', `${url.shardex1}/api/collections/${C}/commit`, KEYS.writer)).status).toBe(200);
     const res = await until('an eventual search served by readers', 30_000, async () => {
-      const r = await request('GET', `${url.shardex2}/api/collections/${C}/search?q=*&limit=0&consistency=eventual`);
+      const r = await request('GET', `${url.shardex2}/api/collections/${C}/search?q=*&limit=0&consistency=eventual`, KEYS.reader);
       return r.status === 200 && Object.values(r.body.servedBy ?? {}).every((s: any) => !s.fallback) ? r : undefined;
     });
     expect(res.body.total).toBe(50);
     for (const served of Object.values(res.body.servedBy) as Array<{ node: string }>) expect(READERS).toContain(served.node);
-    const readers = await request('GET', `${url.shardex1}/api/readers`);
+    const readers = await request('GET', `${url.shardex1}/api/readers`, KEYS.reader);
     expect((readers.body.readers as Array<{ name: string }>).map((r) => r.name).sort()).toEqual([...READERS]);
   });
 
   it('fails over when the container leading a shard stops, and a write job finishes', { timeout: 120_000 }, async () => {
-    const view = (await request<ClusterView>('GET', `${url.shardex1}/api/cluster`)).body;
+    const view = (await request<ClusterView>('GET', `${url.shardex1}/api/cluster`, KEYS.reader)).body;
     const victim = view.collections[C]!.shards.shard1!.leader!;
     expect(NODES).toContain(victim);
     const survivors = NODES.filter((n) => n !== victim).map((n) => url[n]!);
@@ -234,7 +279,7 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
           if (Date.now() > deadline) throw new Error(`the write job did not finish in 90 s: batch ${b} of ${BATCHES}; ${retries} retries; ${unexpected.slice(-3).join('; ')}`);
           const sent = Date.now();
           try {
-            const res = await request('POST', `${survivors[(b + attempt) % survivors.length]}/api/collections/${C}/docs`, docs);
+            const res = await request('POST', `${survivors[(b + attempt) % survivors.length]}/api/collections/${C}/docs`, KEYS.writer, docs);
             if (res.status === 200) {
               acked.push(b);
               if (stoppedAt && sent > stoppedAt && !firstAckAfterStop) firstAckAfterStop = Date.now();
@@ -256,7 +301,7 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
     const stop = await timed(`podman stop ${victim} (leader of shard1)`, () => engine!.podman(['stop', '-t', '20', project!.container(victim)], 40_000));
     expect(stop.code, stop.stderr).toBe(0);
     const newView = await until('a new leader of shard1', 60_000, async () => {
-      const v = (await request<ClusterView>('GET', `${survivors[0]}/api/cluster`)).body;
+      const v = (await request<ClusterView>('GET', `${survivors[0]}/api/cluster`, KEYS.reader)).body;
       const leader = v.collections[C]?.shards.shard1?.leader;
       return leader && leader !== victim && !v.nodes.some((n) => n.name === victim) ? v : undefined;
     });
@@ -266,9 +311,9 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
     expect(unexpected).toEqual([]);
     expect(acked).toHaveLength(BATCHES);
     for (const node of survivors) {
-      expect((await request('GET', `${node}/api/collections/${C}/search?q=*&limit=0`)).body.total).toBe(50 + BATCHES * 10);
+      expect((await request('GET', `${node}/api/collections/${C}/search?q=*&limit=0`, KEYS.reader)).body.total).toBe(50 + BATCHES * 10);
     }
-    expect((await request('GET', `${survivors[1]}/api/collections/${C}/docs/job-999`)).body).toMatchObject({ id: 'job-999', n: 999 });
+    expect((await request('GET', `${survivors[1]}/api/collections/${C}/docs/job-999`, KEYS.reader)).body).toMatchObject({ id: 'job-999', n: 999 });
   });
 
   it('down -v removes the containers and volumes (and network rm the network podman-compose leaves)', { timeout: 60_000 }, async () => {

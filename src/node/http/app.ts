@@ -1,16 +1,16 @@
 // The HTTP API: one fastify instance per node, one plugin per resource. Every error leaves
-// as {"error": "<what was wrong>", "code": "SHX_..."} with its catalog status; fastify's own
-// errors (bad JSON, body too large, wrong content type) are mapped here, once.
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+// as {"error": "<what was wrong>", "code": "SHX_..."} with its catalog status (error-replies.ts).
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import sjson from 'secure-json-parse';
 import type { Logger } from 'pino';
 import { ShardexError } from '../../errors.js';
 import type { ShardexNode } from '../shardex-node.js';
 import { adminRoutes } from './admin.js';
-import { ApiKeyRing, authenticateRequests, type Access, type ApiKey } from './auth.js';
+import { AUTHORIZATION_REDACTION, guardRoutes, type ApiKey, type RouteAccess } from './auth.js';
 import { collectionRoutes } from './collections.js';
 import { DOCS_ROUTE, docRoutes } from './docs.js';
-import { checkJsonDepth, limitExceeded, limitRequestsPerConnection, resolveLimits, type HttpLimits } from './limits.js';
+import { answerErrorsAsCatalog, toShardexHttpError } from './error-replies.js';
+import { checkJsonDepth, limitRequestsPerConnection, resolveLimits, type HttpLimits } from './limits.js';
 import { observability } from './observability.js';
 import { clusterPageRoutes } from './page.js';
 import { readBalanceRoutes } from './read-balance.js';
@@ -26,6 +26,8 @@ export interface HttpOptions {
   readonly limits?: Partial<HttpLimits>;
   /** PEM certificate and key (`--tls-cert`, `--tls-key`): serve https only. */
   readonly https?: { readonly cert: Buffer; readonly key: Buffer };
+  /** PEM CA(s) (`--tls-ca`) the node's own https calls (a reader's status) verify against; absent: the system's. */
+  readonly trustedCa?: Buffer;
 }
 
 declare module 'fastify' {
@@ -36,12 +38,6 @@ declare module 'fastify' {
     /** Every route and the access it needs (auth.ts), in registration order. */
     routeAccess: readonly RouteAccess[];
   }
-}
-
-export interface RouteAccess {
-  readonly method: string;
-  readonly url: string;
-  readonly access: Access;
 }
 
 const SJSON = { protoAction: 'error', constructorAction: 'error' } as const;
@@ -103,33 +99,11 @@ export function parseNdjson(text: string, maxDepth: number | undefined): NdjsonB
   return new NdjsonBatch(out, lines);
 }
 
-const FASTIFY_ERRORS: Record<string, (e: FastifyError, bodyLimit: number) => ShardexError> = {
-  FST_ERR_CTP_INVALID_JSON_BODY: (e) => new ShardexError('SHX_BAD_REQUEST', `body is not valid JSON: ${e.message}`),
-  FST_ERR_CTP_EMPTY_JSON_BODY: () => new ShardexError('SHX_BAD_REQUEST', 'body is empty; send a JSON array of documents'),
-  FST_ERR_CTP_BODY_TOO_LARGE: (_e, bodyLimit) => limitExceeded('maxBodyBytes', bodyLimit, 'the request body is too large', 'split the batch into smaller requests', 'nothing was written'),
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: (e) =>
-    new ShardexError('SHX_UNSUPPORTED_MEDIA', `${e.message}; send application/json or application/x-ndjson`),
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: (e) => new ShardexError('SHX_BAD_REQUEST', e.message),
-};
-
-/** Any error as the catalog's; `bodyLimit` goes into the body-size message. */
-export function toShardexHttpError(err: unknown, bodyLimit: number): ShardexError {
-  if (err instanceof ShardexError) return err;
-  const fe = err as FastifyError;
-  const mapped = fe.code ? FASTIFY_ERRORS[fe.code] : undefined;
-  if (mapped) return mapped(fe, bodyLimit);
-  if (fe.validation) return new ShardexError('SHX_BAD_REQUEST', fe.message);
-  if (err instanceof SyntaxError) return new ShardexError('SHX_BAD_REQUEST', `body is not valid JSON: ${err.message}`);
-  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) return new ShardexError('SHX_BAD_REQUEST', fe.message);
-  return new ShardexError('SHX_INTERNAL', fe.message ?? String(err), { cause: err });
-}
-
 export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<FastifyInstance> {
   const { maxBodyBytes: bodyLimit, ...limits } = resolveLimits({ ...opts.limits, maxBodyBytes: opts.bodyLimit });
   const app = Fastify({
     ...(opts.https && { https: { cert: opts.https.cert, key: opts.https.key } }),
-    // Nothing here logs headers; should anything ever log a request's, its key stays out.
-    loggerInstance: opts.logger.child({ component: 'http' }, { redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' } }) as FastifyBaseLogger,
+    loggerInstance: opts.logger.child({ component: 'http' }, { redact: AUTHORIZATION_REDACTION }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit,
     // Ids up to 512 UTF-8 bytes travel percent-encoded in paths (up to 12 characters per
@@ -168,43 +142,20 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
       done(err as Error, undefined);
     }
   });
-  app.setErrorHandler((err, req, reply) => {
-    const e = toShardexHttpError(err, bodyLimit);
-    // A retryable 503 (starting, no leader yet) is a condition that passes, not a fault.
-    if (e.status >= 500 && !e.retryable) req.log.error({ err, code: e.code }, 'request failed');
-    else if (e.status >= 500) req.log.debug({ code: e.code, msg: e.message }, 'request refused for now');
-    if (e.retryable && (e.status === 503 || e.code === 'SHX_TOO_MANY_REQUESTS')) void reply.header('retry-after', '1');
-    void reply.status(e.status).send(e.toJSON());
-  });
-  app.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send({ error: `no route ${req.method} ${req.url}; see the README for the API`, code: 'SHX_NOT_FOUND' });
-  });
+  answerErrorsAsCatalog(app as unknown as FastifyInstance, bodyLimit);
   // First: every answer, refusals included, carries the request id and is counted.
-  await app.register(observability);
+  await app.register(observability, { registry: node.metrics });
   // In this order: a connection over its limit costs nothing more; a caller without a key
   // learns nothing, not even that the node is starting.
   app.addHook('onRequest', limitRequestsPerConnection(limits.maxRequestsPerConnection));
-  if (opts.apiKeys !== undefined) {
-    const ring = new ApiKeyRing(opts.apiKeys);
-    app.addHook('onRequest', authenticateRequests(ring));
-    app.log.info({ keys: ring.size }, 'API keys required');
-  } else {
-    app.log.info('no API keys configured: the HTTP API is open to anyone who can reach it');
-  }
+  // Every route says who may call it (a route that does not is refused as it is added).
+  app.decorate('routeAccess', guardRoutes(app as unknown as FastifyInstance, opts.apiKeys));
   // A node that has not read the cluster state yet would answer as if it were empty (a false
   // "collection does not exist"): until then, everything but health and metrics is SHX_STARTING.
   app.addHook('onRequest', async (req) => {
     if (!node.ready && !req.url.startsWith('/health') && !req.url.startsWith('/metrics')) node.assertReady();
   });
-  // Every route says who may call it: one that does not is a mistake, refused as it is added.
-  const routeAccess: RouteAccess[] = [];
-  app.decorate('routeAccess', routeAccess);
-  app.addHook('onRoute', (route) => {
-    const access = route.config?.access;
-    if (access === undefined) throw new Error(`route ${String(route.method)} ${route.url} declares no config.access (see src/node/http/auth.ts)`);
-    for (const method of [route.method].flat()) if (method !== 'HEAD') routeAccess.push({ method, url: route.url, access });
-  });
-  await app.register(adminRoutes);
+  await app.register(adminRoutes, { ...(opts.trustedCa && { trustedCa: opts.trustedCa }) });
   await app.register(collectionRoutes);
   await app.register(docRoutes);
   await app.register(searchRoutes);

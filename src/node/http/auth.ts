@@ -3,9 +3,10 @@
 // would let a reader call the API), compared in constant time, and never logged. Each route
 // declares the access it needs in its fastify config (`config: { access: 'read' }`); a route
 // that declares none needs `admin`, so that a new endpoint is closed until someone opens it.
+// One guard for every HTTP API of the cluster: a data node's and a snapshot reader's.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { ShardexError } from '../../errors.js';
 
@@ -103,6 +104,9 @@ export interface Caller {
   readonly roles: ReadonlySet<Role>;
 }
 
+/** pino's redaction of the Authorization header: nothing logs headers, and should anything ever, the key stays out. */
+export const AUTHORIZATION_REDACTION = { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' };
+
 const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
 
 /** The configured keys, by digest. */
@@ -162,4 +166,33 @@ export function authenticateRequests(ring: ApiKeyRing) {
     void reply.header('www-authenticate', problem.code === 'SHX_UNAUTHORIZED' ? CHALLENGE : `${CHALLENGE}, error="insufficient_scope"`);
     throw problem;
   };
+}
+
+/** A route and the access it needs. */
+export interface RouteAccess {
+  readonly method: string;
+  readonly url: string;
+  readonly access: Access;
+}
+
+/**
+ * Guards `app` (a node's or a reader's API): every route added after this must declare its
+ * access (one that does not is refused as it is added), and with `apiKeys` every request is
+ * authenticated (`authenticateRequests`). Returns the routes and their access, as they are added.
+ */
+export function guardRoutes(app: FastifyInstance, apiKeys: readonly ApiKey[] | undefined): readonly RouteAccess[] {
+  if (apiKeys !== undefined) {
+    const ring = new ApiKeyRing(apiKeys);
+    app.addHook('onRequest', authenticateRequests(ring));
+    app.log.info({ keys: ring.size }, 'API keys required');
+  } else {
+    app.log.info('no API keys configured: the HTTP API is open to anyone who can reach it');
+  }
+  const routes: RouteAccess[] = [];
+  app.addHook('onRoute', (route) => {
+    const access = route.config?.access;
+    if (access === undefined) throw new Error(`route ${String(route.method)} ${route.url} declares no config.access (see src/node/http/auth.ts)`);
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method, url: route.url, access });
+  });
+  return routes;
 }

@@ -1,4 +1,4 @@
-// Request ids and per-route metrics for the HTTP API (issue 13, observability).
+// Request ids and per-route metrics for the HTTP APIs of nodes and readers (issue 13, observability).
 // - The request id: the caller's `x-request-id` when it is a plausible id (src/request-id.ts),
 //   else a new one; it is the request's fastify id (so `req.log` binds it as `reqId`), it goes
 //   back in the response's `x-request-id`, and the handler runs inside it, so that every log
@@ -9,6 +9,7 @@
 // Not encapsulated (fastify's skip-override, as fastify-plugin does): the hooks apply to every
 // route, and to requests the auth and limit hooks refuse, when it is registered before them.
 import type { FastifyPluginAsync } from 'fastify';
+import type { Registry } from 'prom-client';
 import { requestBoundLogger } from '../../logger.js';
 import { REQUEST_ID_HEADER, requestIdFrom, withRequestId } from '../../request-id.js';
 import { httpMetrics } from '../metrics.js';
@@ -16,8 +17,13 @@ import { httpMetrics } from '../metrics.js';
 /** The `route` label of requests that match no route (404s). */
 export const UNMATCHED_ROUTE = '(unmatched)';
 
-export const observability: FastifyPluginAsync = async (app) => {
-  const metrics = httpMetrics(app.shardex.metrics);
+export interface ObservabilityOptions {
+  /** Where the per-route series go: the process's registry (a node's, a reader's). */
+  readonly registry: Registry;
+}
+
+export const observability: FastifyPluginAsync<ObservabilityOptions> = async (app, opts) => {
+  const metrics = httpMetrics(opts.registry);
   app.setGenReqId((raw) => requestIdFrom(raw.headers[REQUEST_ID_HEADER]));
   app.setChildLoggerFactory((logger, bindings, opts) => requestBoundLogger(logger.child(bindings, opts)));
   app.addHook('onRequest', (req, reply, done) => {
