@@ -20,15 +20,17 @@ const state: CollectionState = {
   shards: partitionRange(1).map((r) => ({ name: r.name, range: formatRange(r), replicas: [{ node: 'n1', state: 'active' }, { node: 'n2', state: 'active' }] })),
 };
 
-/** n1 receives updates; the coordinator lists n2 as the leader, and n2 never answers. */
-function setup(forwardRetries: number): { processor: UpdateProcessor; forwards: () => number; close(): void } {
+/** n1 receives updates; the coordinator lists n2 as the leader, and n2 never answers (or `send` says). */
+function setup(forwardRetries: number, send?: UpdateTransport['send']): { processor: UpdateProcessor; forwards: () => number; close(): void } {
   const coordinator = { collection: () => state, leader: () => ({ node: 'n2', epoch: 1 }) } as unknown as Coordinator;
   const transport: UpdateTransport = {
-    send: async (dest) => {
-      throw new ShardexError('SHX_UNAVAILABLE', `node ${dest} is unavailable`);
-    },
+    send:
+      send ??
+      (async (dest) => {
+        throw new ShardexError('SHX_UNAVAILABLE', `node ${dest} is unavailable`);
+      }),
   };
-  const distributor = new CommandDistributor({ transport, flushOps: 1, lingerMs: 0 });
+  const distributor = new CommandDistributor({ transport, flushOps: 1, lingerMs: 0, maxInFlight: 1 });
   let forwards = 0;
   const processor = new UpdateProcessor({
     self: 'n1',
@@ -71,6 +73,36 @@ describe('the deadline of an update', () => {
     await vi.runAllTimersAsync();
     expect(((await p) as ShardexError).code).toBe('SHX_INDETERMINATE');
     expect(s.forwards()).toBe(4);
+    s.close();
+  });
+
+  it('answers a definite 504 (nothing written) when its time was up before any forward was sent', async () => {
+    const s = setup(25);
+    const err = (await s.processor.update('c', [{ id: 'a', doc: { id: 'a' } }], 1, Deadline.after(0)).catch((e: unknown) => e)) as ShardexError;
+    expect(err).toMatchObject({ code: 'SHX_TIMEOUT', status: 504, details: { written: 0 } });
+    expect(s.forwards()).toBe(0);
+    s.close();
+  });
+
+  it('answers a definite 504 when its forward waited past the deadline for a slot and was never sent', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const sent: string[] = [];
+    const s = setup(25, async (_dest, updates) => {
+      sent.push(...updates.flatMap((u) => u.ops.map((o) => o.id)));
+      await gate;
+      return updates.map(() => ({ rf: 2, versions: {} }) as never);
+    });
+    const busy = s.processor.update('c', [{ id: 'first', doc: { id: 'first' } }], 1);
+    await vi.advanceTimersByTimeAsync(1);
+    const late = s.processor.update('c', [{ id: 'late', doc: { id: 'late' } }], 1, Deadline.after(100)).catch((e: unknown) => e);
+    await vi.advanceTimersByTimeAsync(150);
+    release();
+    await busy.catch(() => undefined);
+    const err = (await late) as ShardexError;
+    expect(err).toMatchObject({ code: 'SHX_TIMEOUT', details: { written: 0 } });
+    expect(err.message).toMatch(/was not sent/);
+    expect(sent).toEqual(['first']);
     s.close();
   });
 });

@@ -6,7 +6,7 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import type { Logger } from 'pino';
 import { ShardexError } from '../errors.js';
 import type { ShardUpdate, ShardUpdateResult } from '../transport/index.js';
-import { isTransient, linearBackoff, nextPause, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
+import { NOT_SENT, isTransient, linearBackoff, nextPause, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
 
 export type UpdateOutcome = { ok: true; result: ShardUpdateResult } | { ok: false; error: ShardexError };
 
@@ -130,7 +130,7 @@ export class CommandDistributor {
     // An update whose deadline passed while it waited for a slot is not sent: its sender gave up.
     const expired = items.filter((i) => i.opts.deadline?.passed);
     if (expired.length > 0) {
-      for (const item of expired) this.failed(item, new ShardexError('SHX_TIMEOUT', `the update to ${dest} waited past its deadline and was not sent`));
+      for (const item of expired) this.failed(item, new ShardexError('SHX_TIMEOUT', `the update to ${dest} waited past its deadline and was not sent`, { details: NOT_SENT }));
       items = items.filter((i) => !i.opts.deadline?.passed);
       if (items.length === 0) return;
     }

@@ -4,10 +4,16 @@
 // driven by timers (the command distributor); the smart client's executor takes the same
 // decision (decideRetry) with its host suspension and parking around it. The deadline they
 // all share is deadline.ts's.
-import { isShardexError } from '../errors.js';
+import { ShardexError, isShardexError } from '../errors.js';
 import { sleep, type Deadline } from './deadline.js';
 
 export { Deadline, sleep } from './deadline.js';
+
+/** The details of an error that proves its request was never sent (so nothing of it was applied). */
+export const NOT_SENT: Readonly<Record<string, unknown>> = Object.freeze({ sent: false });
+
+/** True when `err` says its request was never sent. */
+export const wasNotSent = (err: unknown): boolean => isShardexError(err) && err.details?.sent === false;
 
 /** Socket-level error codes that mean "the host did not answer", not "the request was bad". */
 export const HOST_UNAVAILABLE_CODES: readonly string[] = [
@@ -122,8 +128,9 @@ export interface RetryOptions {
  * a cancelled one with its reason.
  */
 export async function retry<T>(attempt: (n: number) => Promise<T>, policy: RetryPolicy, o: RetryOptions = {}): Promise<T> {
-  const ended = o.deadline?.ended('its time was up before the first attempt; nothing was done');
-  if (ended !== undefined) throw ended;
+  if (o.deadline?.expired) throw new ShardexError('SHX_TIMEOUT', 'the deadline passed before the first attempt; nothing was done', { details: NOT_SENT });
+  const cancelled = o.deadline?.ended();
+  if (cancelled !== undefined) throw cancelled;
   for (let n = 1; ; n++) {
     try {
       return await attempt(n);

@@ -21,16 +21,16 @@ import type { CommandDistributor } from './distributor.js';
 import { admitOps } from './documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import type { ShardReplica } from './replica.js';
-import { linearBackoff, retry, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
+import { linearBackoff, retry, wasNotSent, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
 import type { ShardEffect } from './shard-state.js';
 
 /** Error codes that prove nothing was applied anywhere (README: definite refusals). */
 const NOTHING_APPLIED: ReadonlySet<string> = new Set(['SHX_NO_LEADER', 'SHX_NOT_LEADER', 'SHX_STARTING', 'SHX_COLLECTION_NOT_FOUND']);
 
-/** True when `err` proves the update it answers was applied nowhere. */
+/** True when `err` proves the update it answers was applied nowhere (refused, or never sent). */
 export function isDefiniteRefusal(err: unknown): boolean {
   if (!(err instanceof ShardexError)) return false;
-  return (err.status >= 400 && err.status < 500) || NOTHING_APPLIED.has(err.code);
+  return (err.status >= 400 && err.status < 500) || NOTHING_APPLIED.has(err.code) || wasNotSent(err);
 }
 
 export interface UpdateResponse {
