@@ -31,7 +31,7 @@ const RETURNED = ['id', 'title', 'category', 'price'];
 const LIMIT = 10;
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000, lucene: 1, luceneWarmup: 20 };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000, lucene: 1, luceneWarmup: 200 };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '').replace(/-(\w)/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown flag ${rest[i]} (known: ${Object.keys(a).join(', ')})`);
