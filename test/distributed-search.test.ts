@@ -11,11 +11,11 @@ import type { StoredEntry } from '../src/ulog/index.js';
 const schema = parseSchema({ title: 'text', body: 'text', category: 'keyword', price: 'number' });
 const SHARDS = 3;
 
-function cluster() {
+function cluster(shards = SHARDS) {
   const docs = [...generateDocs({ count: 600, seed: 7, words: 12 })];
-  const parts = Array.from({ length: SHARDS }, () => ({ index: new ShardIndex(schema), store: new Map<string, StoredDoc>() }));
+  const parts = Array.from({ length: shards }, () => ({ index: new ShardIndex(schema), store: new Map<string, StoredDoc>() }));
   docs.forEach((d, i) => {
-    const p = parts[i % SHARDS]!;
+    const p = parts[i % shards]!;
     p.index.add(d.id, d);
     p.store.set(d.id, d as unknown as StoredDoc);
   });
@@ -83,6 +83,20 @@ describe('the rounds of a distributed search', () => {
       }));
       const res = await distributedSearch(schema, searchers, { q: c.word, limit });
       expect(res.hits.map((h) => h.id)).toEqual(all.hits.map((h) => h.id).filter((id) => id !== gone));
+    }
+  });
+
+  it('asks a one-shard collection once: no dfs round (its own statistics are the global ones), the same ranking', async () => {
+    const one = cluster(1);
+    const three = cluster(3);
+    for (const params of [{ q: one.word, limit: 10 }, { q: `${one.word} OR ${one.word}s`, limit: 5, sort: 'price desc' }]) {
+      one.rounds.length = 0;
+      const a = await search(one, params);
+      const b = await search(three, params);
+      expect(one.rounds).toEqual(['query shard1']);
+      expect(a.total).toBe(b.total);
+      expect(a.hits.map((h) => h.id)).toEqual(b.hits.map((h) => h.id));
+      a.hits.forEach((h, i) => expect(h.score).toBeCloseTo(b.hits[i]!.score, 9));
     }
   });
 });

@@ -1,7 +1,8 @@
 // The distributed query, as Solr runs it plus Elasticsearch's dfs phase:
 //   dfs     every shard reports the statistics of the query's terms; they are summed, so
 //           that every shard scores with global document frequencies and field lengths
-//           (a sharded collection ranks exactly like a 1-shard one);
+//           (a sharded collection ranks exactly like a 1-shard one); a collection of one shard
+//           skips it (its own statistics are the global ones);
 //   query   every shard returns its top offset+limit ids with sort values, scored with the
 //           global statistics; the coordinator merges them into the page;
 //   fetch   only the shards owning the page's ids are asked for their stored fields.
@@ -65,7 +66,8 @@ export interface SearchTiming {
 export interface ShardSearcher {
   readonly shard: string;
   stats(params: SearchParams): Promise<IndexStats>;
-  query(params: SearchParams, stats: IndexStats): Promise<ShardQueryResult>;
+  /** `stats`: the summed statistics to score with; absent, the shard's own (one shard: the same). */
+  query(params: SearchParams, stats: IndexStats | undefined): Promise<ShardQueryResult>;
   fetch(ids: readonly string[], fields: string | undefined): Promise<StoredDoc[]>;
 }
 
@@ -97,8 +99,11 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
   };
   const live = (): ShardSearcher[] => shards.filter((s) => !failed.has(s.shard));
 
-  const statsList = await Promise.all(live().map((s) => settle(s.shard, s.stats(params))));
-  const global = mergeStats(statsList.filter((x): x is IndexStats => x !== undefined));
+  let global: IndexStats | undefined;
+  if (shards.length > 1) {
+    const statsList = await Promise.all(live().map((s) => settle(s.shard, s.stats(params))));
+    global = mergeStats(statsList.filter((x): x is IndexStats => x !== undefined));
+  }
   const tDfs = performance.now();
   const queryParams = offset + limit <= FETCH_WITH_QUERY_MAX ? { ...params, fetchInQuery: true } : params;
   const phase1 = await Promise.all(
@@ -149,7 +154,7 @@ const ms = (x: number): number => Math.round(x * 100) / 100;
 /** One phase of a distributed search, as a shard's replica (or a snapshot reader) receives it. */
 export type ShardPhaseRequest =
   | { kind: 'stats'; collection: string; shard: string; params: SearchParams }
-  | { kind: 'query'; collection: string; shard: string; params: SearchParams; stats: IndexStats }
+  | { kind: 'query'; collection: string; shard: string; params: SearchParams; stats?: IndexStats | undefined }
   | { kind: 'fetch'; collection: string; shard: string; ids: string[]; fields?: string };
 
 /** A shard's phase 1 asks for the top offset+limit; the coordinator applies the offset. */
