@@ -1,6 +1,9 @@
-// The one-command local cluster: several nodes in one process, on consecutive loopback
-// ports, sharing an embedded coordinator (kept under <dataDir>/coordinator, as by `shardex dev`),
-// talking real gRPC to each other.
+// The local cluster in one thread: several nodes in one process, on consecutive loopback ports,
+// sharing an embedded coordinator (kept under <dataDir>/coordinator), talking real gRPC to each
+// other. `shardex dev` runs the same cluster with each member in a worker thread (dev-threads.ts);
+// both lay members out, configure them (config.ts) and describe their collection with the
+// functions here, so that what tests start here is what users start, but for the threads. Tests
+// use this one where they reach into a node (its replicas, clocks, injected faults).
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
@@ -8,7 +11,34 @@ import type { MemoryZNodeServer } from '../coordination/memory-store.js';
 import type { CollectionSpec } from '../coordination/index.js';
 import { SnapshotReader, type SnapshotReaderOptions } from '../read/snapshot-reader.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
+import { defaultOf, nodeOptionsOf, readerOptionsOf, type NodeTunables, type ReaderTunables } from './config.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
+
+/** Where member i of a dev cluster lives: nodes from the base port (gRPC +1000), readers from base + 100; port 0: any free ports. */
+export function devMember(kind: 'node' | 'reader', i: number, o: { readonly port: number; readonly dataDir: string; readonly host?: string }) {
+  const name = kind === 'node' ? `node${i + 1}` : `reader${i + 1}`;
+  const base = o.port + (kind === 'reader' ? 100 : 0) + i;
+  return { name, host: o.host ?? '127.0.0.1', httpPort: o.port === 0 ? 0 : base, grpcPort: o.port === 0 ? 0 : base + 1000, dataDir: join(o.dataDir, name) };
+}
+
+/** The dev readers' tunables: `shardex dev`'s defaults (readers that refresh often), then what was given. */
+export function devReaderTunables(given: Partial<ReaderTunables> = {}): Partial<ReaderTunables> {
+  return { snapshotExpiry: defaultOf('dev', 'snapshotExpiry') as number, ...given };
+}
+
+/** A collection spec as the body of `POST /api/collections`: every part of it, none dropped. */
+export function collectionRequest(spec: CollectionSpec): Record<string, unknown> {
+  return {
+    name: spec.name,
+    numShards: spec.numShards,
+    replicationFactor: spec.replicationFactor,
+    router: spec.router,
+    ...(spec.fields && { fields: spec.fields }),
+    ...(spec.autoCommitMs !== undefined && { autoCommit: spec.autoCommitMs === 0 ? 'off' : `${spec.autoCommitMs}ms` }),
+    ...(spec.durability !== undefined && { durability: spec.durability }),
+    ...(spec.syncIntervalMs !== undefined && { syncInterval: `${spec.syncIntervalMs}ms` }),
+  };
+}
 
 export interface DevClusterOptions {
   readonly nodes: number;
@@ -19,11 +49,15 @@ export interface DevClusterOptions {
   readonly host?: string;
   /** Collection created at start when absent. */
   readonly collection?: CollectionSpec;
-  /** Extra options for every node (tests shorten retries with these). */
+  /** Every node's tunables, as `shardex dev` takes them (config.ts). */
+  readonly node?: Partial<NodeTunables>;
+  /** Extra options for every node, over the tunables (tests inject clocks and faults with these). */
   readonly nodeOptions?: Partial<ShardexNodeOptions>;
   /** Snapshot readers to start in the default group. */
   readonly readers?: number;
-  /** Extra options for every reader. */
+  /** Every reader's tunables, as `shardex dev` takes them. */
+  readonly reader?: Partial<ReaderTunables>;
+  /** Extra options for every reader, over the tunables. */
   readonly readerOptions?: Partial<SnapshotReaderOptions>;
 }
 
@@ -51,19 +85,10 @@ export class DevCluster {
 
   /** Starts a node named `node<i+1>` (also used to restart a stopped one). */
   async startNode(i: number): Promise<ShardexNode> {
-    const name = `node${i + 1}`;
+    const member = devMember('node', i, this.o);
     const server = await this.open();
-    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: name }) });
-    const node = new ShardexNode({
-      name,
-      host: this.o.host ?? '127.0.0.1',
-      httpPort: this.o.port === 0 ? 0 : this.o.port + i,
-      grpcPort: this.o.port === 0 ? 0 : this.o.port + 1000 + i,
-      dataDir: join(this.o.dataDir, name),
-      coordinator,
-      logger: this.o.logger,
-      ...this.o.nodeOptions,
-    });
+    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: member.name }) });
+    const node = new ShardexNode({ ...member, coordinator, logger: this.o.logger, ...nodeOptionsOf(this.o.node ?? {}), ...this.o.nodeOptions });
     await node.start();
     this.nodes[i] = node;
     return node;
@@ -71,21 +96,10 @@ export class DevCluster {
 
   /** Starts a snapshot reader named `reader<i+1>` (also used to restart one). */
   async startReader(i: number, options: Partial<SnapshotReaderOptions> = {}): Promise<SnapshotReader> {
-    const name = `reader${i + 1}`;
+    const member = devMember('reader', i, this.o);
     const server = await this.open();
-    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: name }) });
-    const reader = new SnapshotReader({
-      name,
-      host: this.o.host ?? '127.0.0.1',
-      httpPort: this.o.port === 0 ? 0 : this.o.port + 100 + i,
-      grpcPort: this.o.port === 0 ? 0 : this.o.port + 1100 + i,
-      dataDir: join(this.o.dataDir, name),
-      coordinator,
-      logger: this.o.logger,
-      snapshotExpiryMs: 5000,
-      ...this.o.readerOptions,
-      ...options,
-    });
+    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: member.name }) });
+    const reader = new SnapshotReader({ ...member, coordinator, logger: this.o.logger, ...readerOptionsOf(devReaderTunables(this.o.reader)), ...this.o.readerOptions, ...options });
     await reader.start();
     this.readers[i] = reader;
     return reader;

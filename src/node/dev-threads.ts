@@ -3,7 +3,6 @@
 // <dataDir>/coordinator (dev-data.ts) so that a restart finds every collection again. Nodes talk
 // real HTTP and gRPC on loopback, exactly as separate processes would.
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { MemoryZNodeServer } from '../coordination/memory-store.js';
@@ -13,7 +12,9 @@ import { ShardexError } from '../errors.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import type { DevWorkerData, DevWorkerMessage } from './dev-worker.js';
 import { keyDigest } from './http/auth.js';
-import type { ReadBalanceOptions, ShardexNodeOptions } from './shardex-node.js';
+import type { NodeTunables, ReaderTunables } from './config.js';
+import { collectionRequest, devMember, devReaderTunables } from './dev-cluster.js';
+import type { ShardexNodeOptions } from './shardex-node.js';
 
 export interface ThreadedDevClusterOptions {
   readonly nodes: number;
@@ -26,11 +27,10 @@ export interface ThreadedDevClusterOptions {
   readonly host?: string;
   /** Collection created at start when absent. */
   readonly collection?: CollectionSpec;
-  readonly snapshotExpiryMs?: number;
-  /** LevelDB write buffer per replica, MiB (default LevelDB's 4). */
-  readonly writeBufferMb?: number;
-  /** Every node's read balancer: default priority, queue size. */
-  readonly readBalance?: ReadBalanceOptions;
+  /** Every node's tunables (config.ts): retries, in-flight, read balancer, LevelDB, ... */
+  readonly node?: Partial<NodeTunables>;
+  /** Every reader's tunables (config.ts); the snapshot expiry defaults to `shardex dev`'s. */
+  readonly reader?: Partial<ReaderTunables>;
   /** Every node's HTTP settings: API keys, limits. */
   readonly http?: ShardexNodeOptions['http'];
 }
@@ -95,21 +95,16 @@ export class ThreadedDevCluster {
   }
 
   private async startMember(kind: 'node' | 'reader', i: number): Promise<Member> {
-    const name = kind === 'node' ? `node${i + 1}` : `reader${i + 1}`;
-    const base = this.o.port + (kind === 'reader' ? 100 : 0) + i;
+    const { name, ...where } = devMember(kind, i, this.o);
     const { port1, port2 } = new MessageChannel();
     servePort(port1, this.server, { chroot: DEV_CHROOT });
     const data: DevWorkerData = {
       kind,
       name,
-      host: this.o.host ?? '127.0.0.1',
-      httpPort: this.o.port === 0 ? 0 : base,
-      grpcPort: this.o.port === 0 ? 0 : base + 1000,
-      dataDir: join(this.o.dataDir, name),
+      ...where,
       logFile: this.o.logFile,
-      ...(this.o.snapshotExpiryMs !== undefined && { snapshotExpiryMs: this.o.snapshotExpiryMs }),
-      ...(this.o.writeBufferMb !== undefined && { writeBufferMb: this.o.writeBufferMb }),
-      ...(kind === 'node' && this.o.readBalance && { readBalance: this.o.readBalance }),
+      ...(kind === 'node' && this.o.node && { node: this.o.node }),
+      ...(kind === 'reader' && { reader: devReaderTunables(this.o.reader) }),
       ...(kind === 'node' && this.http && { http: this.http }),
       clusterSecret: this.clusterSecret,
       port: port2,
@@ -161,7 +156,7 @@ export class ThreadedDevCluster {
       const created = await fetch(`${first}/api/collections`, {
         method: 'POST',
         headers: { ...this.headers, 'content-type': 'application/json' },
-        body: JSON.stringify({ name: spec.name, numShards: spec.numShards, replicationFactor: spec.replicationFactor, router: spec.router }),
+        body: JSON.stringify(collectionRequest(spec)),
       });
       if (created.status !== 201) throw new ShardexError('SHX_INTERNAL', `could not create collection ${spec.name}: ${await created.text()}`);
       names.push(spec.name);
