@@ -283,5 +283,7 @@ describe('the dev clusters (threads and in-process) share one layout and one col
     expect(body).toEqual({ name: 'docs', numShards: 2, replicationFactor: 2, router: 'hash', fields: { title: 'text' }, autoCommit: '2500ms', durability: 'async', syncInterval: '300ms' });
     expect(parseDuration(body.autoCommit as string, 'autoCommit')).toBe(2500);
     expect(collectionRequest({ name: 'docs', numShards: 1, replicationFactor: 1, router: 'compositeId', autoCommitMs: 0 }).autoCommit).toBe('off');
+    // A spec says no autoCommit by leaving it out (the node reads it as 0): not the HTTP API's 15 s.
+    expect(collectionRequest({ name: 'docs', numShards: 1, replicationFactor: 1, router: 'compositeId' }).autoCommit).toBe('off');
   });
 });

@@ -1,16 +1,20 @@
 // The local cluster in one thread: several nodes in one process, on consecutive loopback ports,
 // sharing an embedded coordinator (kept under <dataDir>/coordinator), talking real gRPC to each
-// other. `shardex dev` runs the same cluster with each member in a worker thread (dev-threads.ts);
-// both lay members out, configure them (config.ts) and describe their collection with the
-// functions here, so that what tests start here is what users start, but for the threads. Tests
-// use this one where they reach into a node (its replicas, clocks, injected faults).
+// other. `shardex dev` runs the same cluster with each member in a worker thread (dev-threads.ts).
+// Both lay members out, configure them (config.ts), give their starter its own key and create
+// their collection over HTTP with the functions here, so that they differ only in where a member
+// runs. Tests use this one because they reach into nodes (replicas, clocks, injected faults),
+// which a worker thread cannot hand over.
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import type { MemoryZNodeServer } from '../coordination/memory-store.js';
 import type { CollectionSpec } from '../coordination/index.js';
 import { SnapshotReader, type SnapshotReaderOptions } from '../read/snapshot-reader.js';
+import { ShardexError } from '../errors.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
+import { keyDigest } from './http/auth.js';
 import { defaultOf, nodeOptionsOf, readerOptionsOf, type NodeTunables, type ReaderTunables } from './config.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
 
@@ -26,6 +30,40 @@ export function devReaderTunables(given: Partial<ReaderTunables> = {}): Partial<
   return { snapshotExpiry: defaultOf('dev', 'snapshotExpiry') as number, ...given };
 }
 
+type NodeHttp = ShardexNodeOptions['http'];
+
+/** How the process that starts a dev cluster reaches its nodes: with keys required, by its own admin key. */
+export interface StarterAccess {
+  /** The nodes' HTTP settings, with the starter's key added when keys are required. */
+  readonly http: NodeHttp;
+  /** Headers of the starter's own requests (the cluster view, creating the collection). */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** The starter's access: its key is random, held only in this process's memory, never printed. */
+export function starterAccess(http: NodeHttp): StarterAccess {
+  const keys = http?.apiKeys;
+  if (keys === undefined) return { http, headers: {} };
+  const key = randomBytes(32).toString('hex');
+  return {
+    http: { ...http, apiKeys: [...keys, { name: 'shardex-dev (internal)', sha256: keyDigest(key).toString('hex'), roles: ['admin'] }] },
+    headers: { authorization: `Bearer ${key}` },
+  };
+}
+
+/**
+ * Creates `spec` through the node at `url` (as a user would, so that the request is checked as
+ * theirs) unless the cluster has it; resolves with the names of the cluster's collections.
+ */
+export async function ensureCollection(url: string, spec: CollectionSpec | undefined, headers: Readonly<Record<string, string>>): Promise<string[]> {
+  const view = (await (await fetch(`${url}/api/cluster`, { headers })).json()) as { collections: Record<string, unknown> };
+  const names = Object.keys(view.collections);
+  if (!spec || names.includes(spec.name)) return names;
+  const created = await fetch(`${url}/api/collections`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(collectionRequest(spec)) });
+  if (created.status !== 201) throw new ShardexError('SHX_INTERNAL', `could not create collection ${spec.name}: ${await created.text()}`);
+  return [...names, spec.name];
+}
+
 /** A collection spec as the body of `POST /api/collections`: every part of it, none dropped. */
 export function collectionRequest(spec: CollectionSpec): Record<string, unknown> {
   return {
@@ -34,7 +72,8 @@ export function collectionRequest(spec: CollectionSpec): Record<string, unknown>
     replicationFactor: spec.replicationFactor,
     router: spec.router,
     ...(spec.fields && { fields: spec.fields }),
-    ...(spec.autoCommitMs !== undefined && { autoCommit: spec.autoCommitMs === 0 ? 'off' : `${spec.autoCommitMs}ms` }),
+    // A spec without autoCommitMs means none (the node reads it as 0); the HTTP API's default is 15 s.
+    autoCommit: (spec.autoCommitMs ?? 0) === 0 ? 'off' : `${spec.autoCommitMs}ms`,
     ...(spec.durability !== undefined && { durability: spec.durability }),
     ...(spec.syncIntervalMs !== undefined && { syncInterval: `${spec.syncIntervalMs}ms` }),
   };
@@ -65,11 +104,13 @@ export class DevCluster {
   readonly nodes: ShardexNode[] = [];
   readonly readers: SnapshotReader[] = [];
   private readonly o: DevClusterOptions;
+  private readonly access: StarterAccess;
   private coordinator: MemoryZNodeServer | undefined;
   private opening: Promise<MemoryZNodeServer> | undefined;
 
   constructor(opts: DevClusterOptions) {
     this.o = opts;
+    this.access = starterAccess(opts.nodeOptions?.http);
   }
 
   /** The embedded coordinator; opened by start() (or the first startNode/startReader). */
@@ -88,7 +129,14 @@ export class DevCluster {
     const member = devMember('node', i, this.o);
     const server = await this.open();
     const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: member.name }) });
-    const node = new ShardexNode({ ...member, coordinator, logger: this.o.logger, ...nodeOptionsOf(this.o.node ?? {}), ...this.o.nodeOptions });
+    const node = new ShardexNode({
+      ...member,
+      coordinator,
+      logger: this.o.logger,
+      ...nodeOptionsOf(this.o.node ?? {}),
+      ...this.o.nodeOptions,
+      ...(this.access.http && { http: this.access.http }),
+    });
     await node.start();
     this.nodes[i] = node;
     return node;
@@ -108,10 +156,11 @@ export class DevCluster {
   async start(): Promise<void> {
     for (let i = 0; i < this.o.nodes; i++) await this.startNode(i);
     for (let i = 0; i < (this.o.readers ?? 0); i++) await this.startReader(i);
+    // As `shardex dev` does (dev-threads.ts): the collection is asked for over HTTP.
     const spec = this.o.collection;
-    const first = this.nodes[0]!;
-    if (spec && !first.coordinator.collection(spec.name)) await first.createCollection(spec);
-    if (spec) await this.waitAllActive(30_000);
+    if (!spec) return;
+    await ensureCollection(this.nodes[0]!.httpUrl, spec, this.access.headers);
+    await this.waitAllActive(30_000);
   }
 
   /** Resolves once every replica of every collection is open, recovered and active. */
