@@ -6,7 +6,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { COMMAND_KEYS, OPTIONS, envOf, flagOf, nodeOptionsOf, readConfigFile, readerOptionsOf, resolveConfig, type CommandName, type ConfigSources } from '../src/node/config.js';
-import { collectionRequest, devMember } from '../src/node/dev-cluster.js';
+import { DevCluster, collectionRequest, devMember } from '../src/node/dev-cluster.js';
+import { ThreadedDevCluster } from '../src/node/dev-threads.js';
+import { silentLogger } from '../src/logger.js';
 import { LIMITS } from '../src/node/http/limits.js';
 import { parseDuration } from '../src/read/duration.js';
 import type { ShardexError } from '../src/errors.js';
@@ -285,5 +287,21 @@ describe('the dev clusters (threads and in-process) share one layout and one col
     expect(collectionRequest({ name: 'docs', numShards: 1, replicationFactor: 1, router: 'compositeId', autoCommitMs: 0 }).autoCommit).toBe('off');
     // A spec says no autoCommit by leaving it out (the node reads it as 0): not the HTTP API's 15 s.
     expect(collectionRequest({ name: 'docs', numShards: 1, replicationFactor: 1, router: 'compositeId' }).autoCommit).toBe('off');
+  });
+});
+
+describe('tunables given in code (the dev clusters the tests start)', () => {
+  const base = { nodes: 1, port: 0, dataDir: '/nonexistent', logger: silentLogger() };
+
+  it('are checked by the same schema, naming the key', () => {
+    expect(() => new DevCluster({ ...base, node: { maxInFlight: 0 } })).toThrow(expect.objectContaining({ code: 'SHX_BAD_CONFIG', message: 'node option `maxInFlight` must be an integer from 1 to 10000, got 0' }));
+    expect(() => new DevCluster({ ...base, reader: { snapshotExpiry: -1 } })).toThrow('reader option `snapshotExpiry` must be an integer from 0 to 86400000, got -1');
+    expect(() => new ThreadedDevCluster({ ...base, readers: 0, logFile: '/nonexistent/log', node: { retryPause: 900, retryPauseMax: 100 } })).toThrow(
+      'node option `retryPauseMax` (100) is below node option `retryPause` (900): the longest pause cannot be shorter than the first',
+    );
+  });
+
+  it('refuse a key that is not a tunable', () => {
+    expect(() => new DevCluster({ ...base, node: { retries: 3 } as never })).toThrow('node option `retries` is not an option');
   });
 });

@@ -280,25 +280,45 @@ export async function resolveConfig<C extends CommandName>(command: C, sources: 
     }
   }
 
+  problems.push(...problemsOf(keys, values, (key) => from[key]!.label));
+  if (problems.length === 1) throw new ShardexError('SHX_BAD_CONFIG', problems[0]!);
+  if (problems.length > 1) throw new ShardexError('SHX_BAD_CONFIG', `${problems.length} problems with the options of \`shardex ${command}\`:\n  ${problems.join('\n  ')}`);
+  return values as ConfigOf<C>;
+}
+
+/** What the schema of `keys` finds wrong with `values`, each problem named by `labelOf` its key. */
+function problemsOf(keys: readonly OptionKey[], values: Readonly<Record<string, unknown>>, labelOf: (key: string) => string): string[] {
+  const problems: string[] = [];
   const schema = z.strictObject(Object.fromEntries(keys.map((k) => [k, spec(k).schema.optional()])));
   const parsed = schema.safeParse(values);
   if (!parsed.success) {
     const seen = new Set<string>();
     for (const issue of parsed.error.issues) {
+      if (issue.code === 'unrecognized_keys') {
+        for (const key of issue.keys) problems.push(`${labelOf(key)} is not an option`);
+        continue;
+      }
       const key = String(issue.path[0]);
       if (seen.has(key)) continue;
       seen.add(key);
       const explains = issue.code === 'custom' && (issue.params as { explains?: boolean } | undefined)?.explains === true;
       // The house style of every flag check: "--shards must be an integer from 1 to 256, got 0".
-      problems.push(explains ? `${from[key]!.label}: ${issue.message}` : `${from[key]!.label} must be ${spec(key as OptionKey).expect}, got ${show(values[key])}`);
+      problems.push(explains ? `${labelOf(key)}: ${issue.message}` : `${labelOf(key)} must be ${spec(key as OptionKey).expect}, got ${show(values[key])}`);
     }
   }
   if (problems.length === 0 && typeof values.retryPause === 'number' && typeof values.retryPauseMax === 'number' && values.retryPauseMax < values.retryPause) {
-    problems.push(`${from.retryPauseMax!.label} (${values.retryPauseMax}) is below ${from.retryPause!.label} (${values.retryPause}): the longest pause cannot be shorter than the first`);
+    problems.push(`${labelOf('retryPauseMax')} (${values.retryPauseMax}) is below ${labelOf('retryPause')} (${values.retryPause}): the longest pause cannot be shorter than the first`);
   }
-  if (problems.length === 1) throw new ShardexError('SHX_BAD_CONFIG', problems[0]!);
-  if (problems.length > 1) throw new ShardexError('SHX_BAD_CONFIG', `${problems.length} problems with the options of \`shardex ${command}\`:\n  ${problems.join('\n  ')}`);
-  return values as ConfigOf<C>;
+  return problems;
+}
+
+/**
+ * Checks tunables given in code (the dev clusters' `node` and `reader` options, as tests give
+ * them) with the same schema; SHX_BAD_CONFIG naming `what` and the key.
+ */
+export function checkTunables(what: string, keys: readonly OptionKey[], values: Readonly<Record<string, unknown>>): void {
+  const problems = problemsOf(keys, values, (key) => `${what} option \`${key}\``);
+  if (problems.length > 0) throw new ShardexError('SHX_BAD_CONFIG', problems.join('; '));
 }
 
 /** The help line of an option: its default and its variable. */

@@ -15,7 +15,7 @@ import { SnapshotReader, type SnapshotReaderOptions } from '../read/snapshot-rea
 import { ShardexError } from '../errors.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import { keyDigest } from './http/auth.js';
-import { defaultOf, nodeOptionsOf, readerOptionsOf, type NodeTunables, type ReaderTunables } from './config.js';
+import { NODE_TUNABLE_KEYS, READER_TUNABLE_KEYS, checkTunables, defaultOf, nodeOptionsOf, readerOptionsOf, type NodeTunables, type ReaderTunables } from './config.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
 
 /** Where member i of a dev cluster lives: nodes from the base port (gRPC +1000), readers from base + 100; port 0: any free ports. */
@@ -28,6 +28,12 @@ export function devMember(kind: 'node' | 'reader', i: number, o: { readonly port
 /** The dev readers' tunables: `shardex dev`'s defaults (readers that refresh often), then what was given. */
 export function devReaderTunables(given: Partial<ReaderTunables> = {}): Partial<ReaderTunables> {
   return { snapshotExpiry: defaultOf('dev', 'snapshotExpiry') as number, ...given };
+}
+
+/** A dev cluster's node and reader tunables, checked by the config schema as `shardex dev`'s flags are. */
+export function checkDevTunables(o: { readonly node?: Partial<NodeTunables>; readonly reader?: Partial<ReaderTunables> }): void {
+  if (o.node) checkTunables('node', NODE_TUNABLE_KEYS, o.node);
+  if (o.reader) checkTunables('reader', READER_TUNABLE_KEYS, o.reader);
 }
 
 type NodeHttp = ShardexNodeOptions['http'];
@@ -110,6 +116,7 @@ export class DevCluster {
 
   constructor(opts: DevClusterOptions) {
     this.o = opts;
+    checkDevTunables(opts);
     this.access = starterAccess(opts.nodeOptions?.http);
   }
 

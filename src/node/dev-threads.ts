@@ -12,7 +12,7 @@ import { ShardexError } from '../errors.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import type { DevWorkerData, DevWorkerMessage } from './dev-worker.js';
 import type { NodeTunables, ReaderTunables } from './config.js';
-import { devMember, devReaderTunables, ensureCollection, starterAccess, type StarterAccess } from './dev-cluster.js';
+import { checkDevTunables, devMember, devReaderTunables, ensureCollection, starterAccess, type StarterAccess } from './dev-cluster.js';
 import type { ShardexNodeOptions } from './shardex-node.js';
 
 export interface ThreadedDevClusterOptions {
@@ -65,6 +65,7 @@ export class ThreadedDevCluster {
 
   constructor(opts: ThreadedDevClusterOptions) {
     this.o = opts;
+    checkDevTunables(opts);
     this.access = starterAccess(opts.http);
   }
 
