@@ -1,8 +1,9 @@
 // The config schema through the built CLI (`npm run build` first): `shardex dev` (what `npm start`
 // runs, each node in its own thread) started from a YAML config file, with a flag and an
 // environment variable over it, creates its collection with the file's fields and autoCommit and
-// gives its nodes and readers the file's tunables; bad files, keys and values stop a process at
-// start with exit code 2 and a message naming the key, the flag or the variable.
+// gives its nodes (read priority, read deadline, limits) and readers (snapshot expiry) the file's
+// tunables; bad files, keys and values stop a process at start with exit code 2 and a message
+// naming the key, the flag or the variable.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -41,6 +42,8 @@ describe('shardex dev --config FILE', () => {
         'snapshotExpiry: 1234',
         'maxBatchDocs: 2 # SHARDEX_MAX_BATCH_DOCS=3 below wins',
         'forwardRetries: 2',
+        'readPriority: report',
+        'readTimeout: 300',
         '',
       ].join('\n'),
     );
@@ -78,6 +81,15 @@ describe('shardex dev --config FILE', () => {
     const over = await http('POST', `${url}/api/collections/docs/docs`, docs(4));
     expect(over.status).toBe(400);
     expect(over.body).toMatchObject({ code: 'SHX_LIMIT_EXCEEDED', limit: 'maxBatchDocs', value: 3 });
+  });
+
+  it("gives its nodes the file's read priority and read deadline", async () => {
+    // No free slot for the default priority: a read that names none waits, until its deadline.
+    expect((await http('PUT', `${url}/api/read-balance/report/primary`, { weight: 1, slots: 0 })).status).toBe(200);
+    const read = await http('GET', `${url}/api/collections/docs/docs/d1`);
+    expect(read.status).toBe(504);
+    expect(read.body.code).toBe('SHX_TIMEOUT');
+    expect((await http('GET', `${url}/api/collections/docs/docs/d1?priority=other`)).status).toBe(200);
   });
 });
 
