@@ -82,6 +82,11 @@ describe('flags', () => {
     expect((await refusal('node', { flags: { ...ZK, [key]: value } })).message).toBe(message);
   });
 
+  it("bounds dev's base port so that its gRPC ports (+1000) exist", async () => {
+    expect((await refusal('dev', { flags: { port: '64500' } })).message).toBe('--port must be an integer from 0 to 64000, got 64500');
+    expect((await resolveConfig('node', { flags: { ...ZK, port: '64500' } })).port).toBe(64500);
+  });
+
   it('lists every problem at once', async () => {
     const err = await refusal('node', { flags: { port: 'x', callTimeout: '5' } });
     expect(err.message).toContain('3 problems with the options of `shardex node`');

@@ -19,8 +19,10 @@ import type { ShardexNodeOptions } from './shardex-node.js';
 /** One option: its value's schema, what it must be (for messages), its default and help. */
 interface Spec<T = unknown> {
   readonly schema: z.ZodType<T>;
-  /** Completes "must be ...": `an integer 0..65535`. */
+  /** Completes "must be ...": `an integer from 0 to 65535`. */
   readonly expect: string;
+  /** A flag's or variable's text as the value, when it reads as one; else the text, for the schema to refuse. */
+  readonly fromText?: (text: string) => unknown;
   readonly help: string;
   /** `<ms>` after the flag; absent: a switch (`--insecure`). */
   readonly arg?: string;
@@ -35,6 +37,7 @@ interface Spec<T = unknown> {
 const int = <const E extends Partial<Spec<number>> = {}>(min: number, max: number, help: string, arg: string, extra?: E): Spec<number> & E => ({
   schema: z.number().int().min(min).max(max),
   expect: `an integer from ${min} to ${max}`,
+  fromText: (t) => (/^[+-]?\d+$/.test(t.trim()) ? Number(t) : t),
   help,
   arg,
   ...extra,
@@ -42,7 +45,16 @@ const int = <const E extends Partial<Spec<number>> = {}>(min: number, max: numbe
 const text = <const E extends Partial<Spec<string>> = {}>(help: string, arg: string, extra?: E): Spec<string> & E => ({ schema: z.string(), expect: 'a string', help, arg, ...extra }) as Spec<string> & E;
 /** A file path; an empty one is passed on, for its reader to say so (`SHARDEX_API_KEYS_FILE=` from compose). */
 const file = (help: string, env: string): Spec<string> => ({ schema: z.string(), expect: 'the path of a file', help, arg: '<file>', env });
-const flag = <const E extends Partial<Spec<boolean>> = {}>(help: string, extra?: E): Spec<boolean> & E => ({ schema: z.boolean(), expect: 'true or false', help, ...extra }) as Spec<boolean> & E;
+const flag = <const E extends Partial<Spec<boolean>> = {}>(help: string, extra?: E): Spec<boolean> & E => ({ schema: z.boolean(), expect: 'true or false', fromText: boolFromText, help, ...extra }) as Spec<boolean> & E;
+function boolFromText(t: string): unknown {
+  const b = t.trim().toLowerCase();
+  return ['true', '1', 'yes'].includes(b) ? true : ['false', '0', 'no'].includes(b) ? false : t;
+}
+/** `title:text,price:number` as a mapping. */
+function fieldsFromText(t: string): unknown {
+  const pairs = t.split(',').map((p) => p.trim().split(':'));
+  return pairs.every((p) => p.length === 2 && p[0] !== '' && p[1] !== '') ? Object.fromEntries(pairs) : t;
+}
 const NAME = z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/);
 
 /** A duration such as `15s`, or `off`: a collection's autoCommit, as collections.ts takes it. */
@@ -111,7 +123,7 @@ export const OPTIONS = {
   shards: int(1, 256, 'shards of the "docs" collection, when it is created (at the first start)', '<n>', { default: 2 }),
   replicas: int(1, 32, 'replication factor of "docs", when it is created', '<n>', { default: 2 }),
   readers: int(0, 32, 'snapshot readers to start (default group)', '<n>', { default: 0 }),
-  fields: { schema: FIELDS, expect: 'field:type pairs (title:text,price:number; in a config file, a mapping)', help: 'field types of "docs", when it is created (title:text,price:number)', arg: '<name:type,...>' },
+  fields: { schema: FIELDS, fromText: fieldsFromText, expect: 'field:type pairs (title:text,price:number; in a config file, a mapping)', help: 'field types of "docs", when it is created (title:text,price:number)', arg: '<name:type,...>' },
   autoCommit: { schema: AUTO_COMMIT, expect: 'a duration such as 15s, 500ms or 2m, or off', help: 'autoCommit of "docs", when it is created (15s, 500ms, off)', arg: '<duration>', default: '15s' as string },
   // `any`: each option has its own value type.
 } satisfies Record<string, Spec<any>>;
@@ -141,10 +153,13 @@ export const COMMAND_KEYS = {
 } as const;
 export type CommandName = keyof typeof COMMAND_KEYS;
 
-/** Defaults that differ by command: a reader beside a node on one machine, dev readers that refresh often. */
-const COMMAND_DEFAULTS: { readonly [C in CommandName]?: Partial<Record<OptionKey, unknown>> } = {
-  reader: { port: 8990, data: './data/reader' },
-  dev: { snapshotExpiry: 5000 },
+/** Options that differ by command: a reader beside a node on one machine, a dev cluster's ports from a base, dev readers that refresh often. */
+const COMMAND_SPECS: { readonly [C in CommandName]?: Partial<Record<OptionKey, Spec>> } = {
+  reader: { port: { ...OPTIONS.port, default: 8990 }, data: { ...OPTIONS.data, default: './data/reader' } },
+  dev: {
+    port: int(0, 64_000, 'HTTP port of the first node (the others follow; gRPC at +1000, readers at +100; 0 = any free ports)', '<port>', { default: 8983 }),
+    snapshotExpiry: { ...OPTIONS.snapshotExpiry, default: 5000 },
+  },
 };
 
 export type NodeConfig = Config<(typeof COMMAND_KEYS.node)[number]>;
@@ -154,10 +169,11 @@ export type NodeTunables = Config<(typeof NODE_TUNABLE_KEYS)[number]>;
 export type ReaderTunables = Config<(typeof READER_TUNABLE_KEYS)[number]>;
 type ConfigOf<C extends CommandName> = C extends 'node' ? NodeConfig : C extends 'reader' ? ReaderConfig : DevConfig;
 
-const spec = (key: OptionKey): Spec => OPTIONS[key] as Spec;
+/** An option as `command` takes it (without one: as every command takes it). */
+const spec = (key: OptionKey, command?: CommandName): Spec => (command && COMMAND_SPECS[command]?.[key]) ?? (OPTIONS[key] as Spec);
 export const flagOf = (key: string): string => `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
 export const envOf = (key: OptionKey): string => spec(key).env ?? `SHARDEX_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
-export const defaultOf = (command: CommandName, key: OptionKey): unknown => COMMAND_DEFAULTS[command]?.[key] ?? spec(key).default;
+export const defaultOf = (command: CommandName, key: OptionKey): unknown => spec(key, command).default;
 
 function show(v: unknown): string {
   if (typeof v === 'string') return `'${v}'`;
@@ -165,20 +181,7 @@ function show(v: unknown): string {
   return JSON.stringify(v) ?? String(v);
 }
 
-/** A flag's or variable's text as the option's type, when it reads as one; else the text, for the schema to refuse. */
-function fromText(key: OptionKey, t: string): unknown {
-  const s = spec(key);
-  if (s.expect.startsWith('an integer')) return /^[+-]?\d+$/.test(t.trim()) ? Number(t) : t;
-  if (s.expect === 'true or false') {
-    const b = t.trim().toLowerCase();
-    return ['true', '1', 'yes'].includes(b) ? true : ['false', '0', 'no'].includes(b) ? false : t;
-  }
-  if (key === 'fields') {
-    const pairs = t.split(',').map((p) => p.trim().split(':'));
-    return pairs.every((p) => p.length === 2 && p[0] !== '' && p[1] !== '') ? Object.fromEntries(pairs) : t;
-  }
-  return t;
-}
+const fromText = (s: Spec, t: string): unknown => (s.fromText ? s.fromText(t) : t);
 
 /** A config file's content: a mapping of keys to values (JSON, or YAML by its extension). */
 export async function readConfigFile(path: string): Promise<Record<string, unknown>> {
@@ -262,12 +265,12 @@ export async function resolveConfig<C extends CommandName>(command: C, sources: 
   const values: Record<string, unknown> = {};
   const from: Record<string, Source> = {};
   for (const key of keys) {
-    const s = spec(key);
+    const s = spec(key, command);
     if (flags[key] !== undefined) {
-      values[key] = typeof flags[key] === 'string' ? fromText(key, flags[key]) : flags[key];
+      values[key] = typeof flags[key] === 'string' ? fromText(s, flags[key]) : flags[key];
       from[key] = { kind: 'flag', label: flagOf(key) };
     } else if (!s.flagOnly && env[envOf(key)] !== undefined) {
-      values[key] = fromText(key, env[envOf(key)]!);
+      values[key] = fromText(s, env[envOf(key)]!);
       from[key] = { kind: 'env', label: envOf(key) };
     } else if (!s.flagOnly && key !== 'config' && key in fileValues) {
       values[key] = fileValues[key];
@@ -280,16 +283,16 @@ export async function resolveConfig<C extends CommandName>(command: C, sources: 
     }
   }
 
-  problems.push(...problemsOf(keys, values, (key) => from[key]!.label));
+  problems.push(...problemsOf(command, keys, values, (key) => from[key]!.label));
   if (problems.length === 1) throw new ShardexError('SHX_BAD_CONFIG', problems[0]!);
   if (problems.length > 1) throw new ShardexError('SHX_BAD_CONFIG', `${problems.length} problems with the options of \`shardex ${command}\`:\n  ${problems.join('\n  ')}`);
   return values as ConfigOf<C>;
 }
 
 /** What the schema of `keys` finds wrong with `values`, each problem named by `labelOf` its key. */
-function problemsOf(keys: readonly OptionKey[], values: Readonly<Record<string, unknown>>, labelOf: (key: string) => string): string[] {
+function problemsOf(command: CommandName, keys: readonly OptionKey[], values: Readonly<Record<string, unknown>>, labelOf: (key: string) => string): string[] {
   const problems: string[] = [];
-  const schema = z.strictObject(Object.fromEntries(keys.map((k) => [k, spec(k).schema.optional()])));
+  const schema = z.strictObject(Object.fromEntries(keys.map((k) => [k, spec(k, command).schema.optional()])));
   const parsed = schema.safeParse(values);
   if (!parsed.success) {
     const seen = new Set<string>();
@@ -303,7 +306,7 @@ function problemsOf(keys: readonly OptionKey[], values: Readonly<Record<string, 
       seen.add(key);
       const explains = issue.code === 'custom' && (issue.params as { explains?: boolean } | undefined)?.explains === true;
       // The house style of every flag check: "--shards must be an integer from 1 to 256, got 0".
-      problems.push(explains ? `${labelOf(key)}: ${issue.message}` : `${labelOf(key)} must be ${spec(key as OptionKey).expect}, got ${show(values[key])}`);
+      problems.push(explains ? `${labelOf(key)}: ${issue.message}` : `${labelOf(key)} must be ${spec(key as OptionKey, command).expect}, got ${show(values[key])}`);
     }
   }
   if (problems.length === 0 && typeof values.retryPause === 'number' && typeof values.retryPauseMax === 'number' && values.retryPauseMax < values.retryPause) {
@@ -317,13 +320,13 @@ function problemsOf(keys: readonly OptionKey[], values: Readonly<Record<string, 
  * them) with the same schema; SHX_BAD_CONFIG naming `what` and the key.
  */
 export function checkTunables(what: string, keys: readonly OptionKey[], values: Readonly<Record<string, unknown>>): void {
-  const problems = problemsOf(keys, values, (key) => `${what} option \`${key}\``);
+  const problems = problemsOf('dev', keys, values, (key) => `${what} option \`${key}\``);
   if (problems.length > 0) throw new ShardexError('SHX_BAD_CONFIG', problems.join('; '));
 }
 
 /** The help line of an option: its default and its variable. */
 export function helpOf(command: CommandName, key: OptionKey): string {
-  const s = spec(key);
+  const s = spec(key, command);
   const d = defaultOf(command, key);
   const notes = [...(d !== undefined && !s.flagOnly && d !== false ? [`default ${typeof d === 'string' ? d : JSON.stringify(d)}`] : []), ...(s.flagOnly ? [] : [`env ${envOf(key)}`])];
   return notes.length > 0 ? `${s.help} (${notes.join('; ')})` : s.help;
