@@ -8,8 +8,7 @@ import { wipeDataDir } from './dev-data.js';
 import { ThreadedDevCluster } from './dev-threads.js';
 import { createLogger } from '../logger.js';
 import { registerClientCommands } from './cli-client.js';
-import { parseDuration } from '../read/duration.js';
-import { COMMAND_KEYS, NODE_TUNABLE_KEYS, READER_TUNABLE_KEYS, declarationOf, helpOf, pick, resolveConfig, type CommandName } from './config.js';
+import { COMMAND_KEYS, autoCommitMs, NODE_TUNABLE_KEYS, READER_TUNABLE_KEYS, declarationOf, helpOf, pick, resolveConfig, type CommandName } from './config.js';
 import { httpSettings, runNode, runReader } from './run-node.js';
 
 const out = (line: string): void => void process.stdout.write(line + '\n');
@@ -93,7 +92,7 @@ configOptions(program.command('dev'), 'dev')
         numShards: o.shards,
         replicationFactor: replicas,
         router: 'compositeId',
-        autoCommitMs: o.autoCommit === 'off' ? 0 : parseDuration(o.autoCommit, 'autoCommit'),
+        autoCommitMs: autoCommitMs(o.autoCommit),
         ...(o.fields && { fields: o.fields }),
       },
     });
@@ -120,7 +119,7 @@ configOptions(program.command('dev'), 'dev')
     for (const [name, c] of cluster.collections) out(`collection "${name}": ${c.shards} shards x ${c.replicas} replicas`);
     const docs = cluster.collections.get('docs');
     if (cluster.restored.includes('docs') && docs && (docs.shards !== o.shards || docs.replicas !== replicas)) {
-      out(`  ("docs" is kept as it was created; --shards and --replicas apply when it is created)`);
+      out(`  ("docs" is kept as it was created; --shards, --replicas, --fields and --auto-commit apply when it is created)`);
     }
     const auth = http.apiKeys === undefined ? '' : ` -H "authorization: Bearer $SHARDEX_API_KEY"`;
     if (http.apiKeys === undefined) out('authentication: OFF, the cluster is open (anyone who can reach these ports may read, write and delete); give --api-keys FILE to require keys');

@@ -57,11 +57,12 @@ function fieldsFromText(t: string): unknown {
 }
 const NAME = z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/);
 
-/** A duration such as `15s`, or `off`: a collection's autoCommit, as collections.ts takes it. */
+/** A collection's autoCommit as `shardex dev` takes it, a duration such as `15s` or `off`, in ms (0: off). */
+export const autoCommitMs = (v: string): number => (v === 'off' ? 0 : parseDuration(v, 'autoCommit'));
+
 const AUTO_COMMIT = z.string().refine((v) => {
-  if (v === 'off') return true;
   try {
-    parseDuration(v, 'autoCommit');
+    autoCommitMs(v);
     return true;
   } catch {
     return false;
