@@ -8,13 +8,15 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertBuilt, runCli } from '../support/cli-run.js';
+import { silentLogger } from '../../src/logger.js';
+import { ROOT, assertBuilt, runCli } from '../support/cli-run.js';
 import { http } from '../support/cluster.js';
 import { killAllDev, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
 
 let dir: string;
 beforeAll(async () => {
   await assertBuilt('node/config.ts');
+  await assertBuilt('node/dev-threads.ts');
   dir = await mkdtemp(join(tmpdir(), 'shardex-config-cli-'));
 });
 afterAll(async () => {
@@ -90,6 +92,31 @@ describe('shardex dev --config FILE', () => {
     expect(read.status).toBe(504);
     expect(read.body.code).toBe('SHX_TIMEOUT');
     expect((await http('GET', `${url}/api/collections/docs/docs/d1?priority=other`)).status).toBe(200);
+  });
+});
+
+describe('the threaded dev cluster from code, built (what `npm start` runs, as a test can start it)', () => {
+  let cluster: { start(): Promise<void>; stop(): Promise<void>; readonly nodes: Array<{ readonly http: string }> } | undefined;
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it('creates its collection with every part of its spec: fields, autoCommit, durability', async () => {
+    // Its worker threads run the built module (a worker cannot load TypeScript under Node 20).
+    const { ThreadedDevCluster } = (await import(join(ROOT, 'dist/node/dev-threads.js'))) as typeof import('../../src/node/dev-threads.js');
+    cluster = new ThreadedDevCluster({
+      nodes: 1,
+      readers: 0,
+      port: 0,
+      dataDir: join(dir, 'threads'),
+      logFile: join(dir, 'threads.log'),
+      logger: silentLogger(),
+      node: { maxInFlight: 4, forwardRetries: 1 },
+      collection: { name: 'shop', numShards: 2, replicationFactor: 1, router: 'hash', fields: { price: 'number' }, autoCommitMs: 2000, durability: 'async', syncIntervalMs: 500 },
+    });
+    await cluster.start();
+    const res = await http('GET', `${cluster.nodes[0]!.http}/api/collections/shop`);
+    expect(res.body).toMatchObject({ router: 'hash', fields: { price: 'number' }, autoCommitMs: 2000, durability: 'async', syncIntervalMs: 500 });
   });
 });
 
