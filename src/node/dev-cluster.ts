@@ -1,14 +1,89 @@
-// The one-command local cluster: several nodes in one process, on consecutive loopback
-// ports, sharing an embedded coordinator (kept under <dataDir>/coordinator, as by `shardex dev`),
-// talking real gRPC to each other.
+// The local cluster in one thread: several nodes in one process, on consecutive loopback ports,
+// sharing an embedded coordinator (kept under <dataDir>/coordinator), talking real gRPC to each
+// other. `shardex dev` runs the same cluster with each member in a worker thread (dev-threads.ts).
+// Both lay members out, configure them (config.ts), give their starter its own key and create
+// their collection over HTTP with the functions here, so that they differ only in where a member
+// runs. Tests use this one because they reach into nodes (replicas, clocks, injected faults),
+// which a worker thread cannot hand over.
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import type { MemoryZNodeServer } from '../coordination/memory-store.js';
 import type { CollectionSpec } from '../coordination/index.js';
 import { SnapshotReader, type SnapshotReaderOptions } from '../read/snapshot-reader.js';
+import { ShardexError } from '../errors.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
+import { keyDigest } from './http/auth.js';
+import { NODE_TUNABLE_KEYS, READER_TUNABLE_KEYS, checkTunables, defaultOf, nodeOptionsOf, readerOptionsOf, type NodeTunables, type ReaderTunables } from './config.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
+
+/** Where member i of a dev cluster lives: nodes from the base port (gRPC +1000), readers from base + 100; port 0: any free ports. */
+export function devMember(kind: 'node' | 'reader', i: number, o: { readonly port: number; readonly dataDir: string; readonly host?: string }) {
+  const name = kind === 'node' ? `node${i + 1}` : `reader${i + 1}`;
+  const base = o.port + (kind === 'reader' ? 100 : 0) + i;
+  return { name, host: o.host ?? '127.0.0.1', httpPort: o.port === 0 ? 0 : base, grpcPort: o.port === 0 ? 0 : base + 1000, dataDir: join(o.dataDir, name) };
+}
+
+/** The dev readers' tunables: `shardex dev`'s defaults (readers that refresh often), then what was given. */
+export function devReaderTunables(given: Partial<ReaderTunables> = {}): Partial<ReaderTunables> {
+  return { snapshotExpiry: defaultOf('dev', 'snapshotExpiry') as number, ...given };
+}
+
+/** A dev cluster's node and reader tunables, checked by the config schema as `shardex dev`'s flags are. */
+export function checkDevTunables(o: { readonly node?: Partial<NodeTunables>; readonly reader?: Partial<ReaderTunables> }): void {
+  if (o.node) checkTunables('node', NODE_TUNABLE_KEYS, o.node);
+  if (o.reader) checkTunables('reader', READER_TUNABLE_KEYS, o.reader);
+}
+
+type NodeHttp = ShardexNodeOptions['http'];
+
+/** How the process that starts a dev cluster reaches its nodes: with keys required, by its own admin key. */
+export interface StarterAccess {
+  /** The nodes' HTTP settings, with the starter's key added when keys are required. */
+  readonly http: NodeHttp;
+  /** Headers of the starter's own requests (the cluster view, creating the collection). */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** The starter's access: its key is random, held only in this process's memory, never printed. */
+export function starterAccess(http: NodeHttp): StarterAccess {
+  const keys = http?.apiKeys;
+  if (keys === undefined) return { http, headers: {} };
+  const key = randomBytes(32).toString('hex');
+  return {
+    http: { ...http, apiKeys: [...keys, { name: 'shardex-dev (internal)', sha256: keyDigest(key).toString('hex'), roles: ['admin'] }] },
+    headers: { authorization: `Bearer ${key}` },
+  };
+}
+
+/**
+ * Creates `spec` through the node at `url` (as a user would, so that the request is checked as
+ * theirs) unless the cluster has it; resolves with the names of the cluster's collections.
+ */
+export async function ensureCollection(url: string, spec: CollectionSpec | undefined, headers: Readonly<Record<string, string>>): Promise<string[]> {
+  const view = (await (await fetch(`${url}/api/cluster`, { headers })).json()) as { collections: Record<string, unknown> };
+  const names = Object.keys(view.collections);
+  if (!spec || names.includes(spec.name)) return names;
+  const created = await fetch(`${url}/api/collections`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(collectionRequest(spec)) });
+  if (created.status !== 201) throw new ShardexError('SHX_INTERNAL', `could not create collection ${spec.name}: ${await created.text()}`);
+  return [...names, spec.name];
+}
+
+/** A collection spec as the body of `POST /api/collections`: every part of it, none dropped. */
+export function collectionRequest(spec: CollectionSpec): Record<string, unknown> {
+  return {
+    name: spec.name,
+    numShards: spec.numShards,
+    replicationFactor: spec.replicationFactor,
+    router: spec.router,
+    ...(spec.fields && { fields: spec.fields }),
+    // A spec without autoCommitMs means none (the node reads it as 0); the HTTP API's default is 15 s.
+    autoCommit: (spec.autoCommitMs ?? 0) === 0 ? 'off' : `${spec.autoCommitMs}ms`,
+    ...(spec.durability !== undefined && { durability: spec.durability }),
+    ...(spec.syncIntervalMs !== undefined && { syncInterval: `${spec.syncIntervalMs}ms` }),
+  };
+}
 
 export interface DevClusterOptions {
   readonly nodes: number;
@@ -19,11 +94,15 @@ export interface DevClusterOptions {
   readonly host?: string;
   /** Collection created at start when absent. */
   readonly collection?: CollectionSpec;
-  /** Extra options for every node (tests shorten retries with these). */
+  /** Every node's tunables, as `shardex dev` takes them (config.ts). */
+  readonly node?: Partial<NodeTunables>;
+  /** Extra options for every node, over the tunables (tests inject clocks and faults with these). */
   readonly nodeOptions?: Partial<ShardexNodeOptions>;
   /** Snapshot readers to start in the default group. */
   readonly readers?: number;
-  /** Extra options for every reader. */
+  /** Every reader's tunables, as `shardex dev` takes them. */
+  readonly reader?: Partial<ReaderTunables>;
+  /** Extra options for every reader, over the tunables. */
   readonly readerOptions?: Partial<SnapshotReaderOptions>;
 }
 
@@ -31,11 +110,14 @@ export class DevCluster {
   readonly nodes: ShardexNode[] = [];
   readonly readers: SnapshotReader[] = [];
   private readonly o: DevClusterOptions;
+  private readonly access: StarterAccess;
   private coordinator: MemoryZNodeServer | undefined;
   private opening: Promise<MemoryZNodeServer> | undefined;
 
   constructor(opts: DevClusterOptions) {
     this.o = opts;
+    checkDevTunables(opts);
+    this.access = starterAccess(opts.nodeOptions?.http);
   }
 
   /** The embedded coordinator; opened by start() (or the first startNode/startReader). */
@@ -51,18 +133,16 @@ export class DevCluster {
 
   /** Starts a node named `node<i+1>` (also used to restart a stopped one). */
   async startNode(i: number): Promise<ShardexNode> {
-    const name = `node${i + 1}`;
+    const member = devMember('node', i, this.o);
     const server = await this.open();
-    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: name }) });
+    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: member.name }) });
     const node = new ShardexNode({
-      name,
-      host: this.o.host ?? '127.0.0.1',
-      httpPort: this.o.port === 0 ? 0 : this.o.port + i,
-      grpcPort: this.o.port === 0 ? 0 : this.o.port + 1000 + i,
-      dataDir: join(this.o.dataDir, name),
+      ...member,
       coordinator,
       logger: this.o.logger,
+      ...nodeOptionsOf(this.o.node ?? {}),
       ...this.o.nodeOptions,
+      ...(this.access.http && { http: this.access.http }),
     });
     await node.start();
     this.nodes[i] = node;
@@ -71,21 +151,10 @@ export class DevCluster {
 
   /** Starts a snapshot reader named `reader<i+1>` (also used to restart one). */
   async startReader(i: number, options: Partial<SnapshotReaderOptions> = {}): Promise<SnapshotReader> {
-    const name = `reader${i + 1}`;
+    const member = devMember('reader', i, this.o);
     const server = await this.open();
-    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: name }) });
-    const reader = new SnapshotReader({
-      name,
-      host: this.o.host ?? '127.0.0.1',
-      httpPort: this.o.port === 0 ? 0 : this.o.port + 100 + i,
-      grpcPort: this.o.port === 0 ? 0 : this.o.port + 1100 + i,
-      dataDir: join(this.o.dataDir, name),
-      coordinator,
-      logger: this.o.logger,
-      snapshotExpiryMs: 5000,
-      ...this.o.readerOptions,
-      ...options,
-    });
+    const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: member.name }) });
+    const reader = new SnapshotReader({ ...member, coordinator, logger: this.o.logger, ...readerOptionsOf(devReaderTunables(this.o.reader)), ...this.o.readerOptions, ...options });
     await reader.start();
     this.readers[i] = reader;
     return reader;
@@ -94,10 +163,11 @@ export class DevCluster {
   async start(): Promise<void> {
     for (let i = 0; i < this.o.nodes; i++) await this.startNode(i);
     for (let i = 0; i < (this.o.readers ?? 0); i++) await this.startReader(i);
+    // As `shardex dev` does (dev-threads.ts): the collection is asked for over HTTP.
     const spec = this.o.collection;
-    const first = this.nodes[0]!;
-    if (spec && !first.coordinator.collection(spec.name)) await first.createCollection(spec);
-    if (spec) await this.waitAllActive(30_000);
+    if (!spec) return;
+    await ensureCollection(this.nodes[0]!.httpUrl, spec, this.access.headers);
+    await this.waitAllActive(30_000);
   }
 
   /** Resolves once every replica of every collection is open, recovered and active. */

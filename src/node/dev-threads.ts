@@ -3,7 +3,6 @@
 // <dataDir>/coordinator (dev-data.ts) so that a restart finds every collection again. Nodes talk
 // real HTTP and gRPC on loopback, exactly as separate processes would.
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { MemoryZNodeServer } from '../coordination/memory-store.js';
@@ -12,8 +11,9 @@ import type { CollectionSpec } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
 import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import type { DevWorkerData, DevWorkerMessage } from './dev-worker.js';
-import { keyDigest } from './http/auth.js';
-import type { ReadBalanceOptions, ShardexNodeOptions } from './shardex-node.js';
+import type { NodeTunables, ReaderTunables } from './config.js';
+import { checkDevTunables, devMember, devReaderTunables, ensureCollection, starterAccess, type StarterAccess } from './dev-cluster.js';
+import type { ShardexNodeOptions } from './shardex-node.js';
 
 export interface ThreadedDevClusterOptions {
   readonly nodes: number;
@@ -26,11 +26,10 @@ export interface ThreadedDevClusterOptions {
   readonly host?: string;
   /** Collection created at start when absent. */
   readonly collection?: CollectionSpec;
-  readonly snapshotExpiryMs?: number;
-  /** LevelDB write buffer per replica, MiB (default LevelDB's 4). */
-  readonly writeBufferMb?: number;
-  /** Every node's read balancer: default priority, queue size. */
-  readonly readBalance?: ReadBalanceOptions;
+  /** Every node's tunables (config.ts): retries, in-flight, read balancer, LevelDB, ... */
+  readonly node?: Partial<NodeTunables>;
+  /** Every reader's tunables (config.ts); the snapshot expiry defaults to `shardex dev`'s. */
+  readonly reader?: Partial<ReaderTunables>;
   /** Every node's HTTP settings: API keys, limits. */
   readonly http?: ShardexNodeOptions['http'];
 }
@@ -60,24 +59,14 @@ export class ThreadedDevCluster {
   readonly collections = new Map<string, CollectionLayout>();
   private readonly o: ThreadedDevClusterOptions;
   private coordinator: MemoryZNodeServer | undefined;
-  /** The nodes' HTTP settings, with this process's own key when keys are required. */
-  private readonly http: ShardexNodeOptions['http'];
-  /** Headers of this process's own requests (the cluster view, creating the collection). */
-  private readonly headers: Record<string, string> = {};
+  private readonly access: StarterAccess;
   /** A cluster secret for this run, random, never printed: only its own members reach each other over gRPC. */
   private readonly clusterSecret = randomBytes(32).toString('hex');
 
   constructor(opts: ThreadedDevClusterOptions) {
     this.o = opts;
-    const keys = opts.http?.apiKeys;
-    if (keys === undefined) {
-      this.http = opts.http;
-    } else {
-      // The starter's own key: random, held only in this process's memory, never printed.
-      const key = randomBytes(32).toString('hex');
-      this.headers.authorization = `Bearer ${key}`;
-      this.http = { ...opts.http, apiKeys: [...keys, { name: 'shardex-dev (internal)', sha256: keyDigest(key).toString('hex'), roles: ['admin'] }] };
-    }
+    checkDevTunables(opts);
+    this.access = starterAccess(opts.http);
   }
 
   /** The embedded coordinator; opened by start(). */
@@ -95,22 +84,17 @@ export class ThreadedDevCluster {
   }
 
   private async startMember(kind: 'node' | 'reader', i: number): Promise<Member> {
-    const name = kind === 'node' ? `node${i + 1}` : `reader${i + 1}`;
-    const base = this.o.port + (kind === 'reader' ? 100 : 0) + i;
+    const { name, ...where } = devMember(kind, i, this.o);
     const { port1, port2 } = new MessageChannel();
     servePort(port1, this.server, { chroot: DEV_CHROOT });
     const data: DevWorkerData = {
       kind,
       name,
-      host: this.o.host ?? '127.0.0.1',
-      httpPort: this.o.port === 0 ? 0 : base,
-      grpcPort: this.o.port === 0 ? 0 : base + 1000,
-      dataDir: join(this.o.dataDir, name),
+      ...where,
       logFile: this.o.logFile,
-      ...(this.o.snapshotExpiryMs !== undefined && { snapshotExpiryMs: this.o.snapshotExpiryMs }),
-      ...(this.o.writeBufferMb !== undefined && { writeBufferMb: this.o.writeBufferMb }),
-      ...(kind === 'node' && this.o.readBalance && { readBalance: this.o.readBalance }),
-      ...(kind === 'node' && this.http && { http: this.http }),
+      ...(kind === 'node' && this.o.node && { node: this.o.node }),
+      ...(kind === 'reader' && { reader: devReaderTunables(this.o.reader) }),
+      ...(kind === 'node' && this.access.http && { http: this.access.http }),
       clusterSecret: this.clusterSecret,
       port: port2,
     };
@@ -152,20 +136,7 @@ export class ThreadedDevCluster {
     this.restored = opened.restored;
     for (let i = 0; i < this.o.nodes; i++) await this.startMember('node', i);
     for (let i = 0; i < this.o.readers; i++) await this.startMember('reader', i);
-    const spec = this.o.collection;
-    const first = this.nodes[0]!.http;
-    const res = await fetch(`${first}/api/cluster`, { headers: this.headers });
-    const view = (await res.json()) as { collections: Record<string, unknown> };
-    const names = Object.keys(view.collections);
-    if (spec && !names.includes(spec.name)) {
-      const created = await fetch(`${first}/api/collections`, {
-        method: 'POST',
-        headers: { ...this.headers, 'content-type': 'application/json' },
-        body: JSON.stringify({ name: spec.name, numShards: spec.numShards, replicationFactor: spec.replicationFactor, router: spec.router }),
-      });
-      if (created.status !== 201) throw new ShardexError('SHX_INTERNAL', `could not create collection ${spec.name}: ${await created.text()}`);
-      names.push(spec.name);
-    }
+    const names = await ensureCollection(this.nodes[0]!.http, this.o.collection, this.access.headers);
     await this.waitSettled(names);
   }
 
@@ -177,7 +148,7 @@ export class ThreadedDevCluster {
     const deadline = Date.now() + START_TIMEOUT_MS;
     type View = { collections: Record<string, { shards: Record<string, { leader: string | null; replicas: Array<{ state: string }> }> }> };
     const settled = async (url: string): Promise<boolean> => {
-      const view = (await (await fetch(`${url}/api/cluster`, { headers: this.headers })).json()) as View;
+      const view = (await (await fetch(`${url}/api/cluster`, { headers: this.access.headers })).json()) as View;
       return collections.every((c) => {
         const shards = Object.values(view.collections[c]?.shards ?? {});
         if (shards.length === 0 || !shards.every((s) => s.leader !== null && s.replicas.every((r) => r.state === 'active'))) return false;

@@ -5,7 +5,8 @@ import { ClusterCoordinator } from '../coordination/cluster.js';
 import { PortZNodeStore } from '../coordination/port-store.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
 import { createLogger } from '../logger.js';
-import { ShardexNode, type ReadBalanceOptions, type ShardexNodeOptions } from './shardex-node.js';
+import { nodeOptionsOf, readerOptionsOf, type NodeTunables, type ReaderTunables } from './config.js';
+import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
 
 export interface DevWorkerData {
   readonly kind: 'node' | 'reader';
@@ -15,9 +16,9 @@ export interface DevWorkerData {
   readonly grpcPort: number;
   readonly dataDir: string;
   readonly logFile: string;
-  readonly snapshotExpiryMs?: number;
-  readonly writeBufferMb?: number;
-  readonly readBalance?: ReadBalanceOptions;
+  /** Plain data (config.ts), as structured clone carries it: the worker builds the options. */
+  readonly node?: Partial<NodeTunables>;
+  readonly reader?: Partial<ReaderTunables>;
   readonly http?: ShardexNodeOptions['http'];
   /** The run's cluster secret: every gRPC call between its nodes and readers carries it. */
   readonly clusterSecret: string;
@@ -34,13 +35,8 @@ async function main(): Promise<void> {
   const common = { name: d.name, host: d.host, httpPort: d.httpPort, grpcPort: d.grpcPort, dataDir: d.dataDir, coordinator, logger, clusterSecret: d.clusterSecret };
   const server =
     d.kind === 'node'
-      ? new ShardexNode({
-          ...common,
-          ...(d.writeBufferMb !== undefined && { writeBufferMb: d.writeBufferMb }),
-          ...(d.readBalance && { readBalance: d.readBalance }),
-          ...(d.http && { http: d.http }),
-        })
-      : new SnapshotReader({ ...common, ...(d.snapshotExpiryMs !== undefined && { snapshotExpiryMs: d.snapshotExpiryMs }) });
+      ? new ShardexNode({ ...common, ...nodeOptionsOf(d.node ?? {}), ...(d.http && { http: d.http }) })
+      : new SnapshotReader({ ...common, ...readerOptionsOf(d.reader ?? {}) });
   parent.on('message', (m: { type: string }) => {
     if (m.type !== 'stop') return;
     void server

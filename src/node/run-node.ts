@@ -9,33 +9,13 @@ import { ShardexError } from '../errors.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
 import { createLogger } from '../logger.js';
 import { SERVER_TLS_FLAGS, checkCertificateHost, loadTls, type TlsMaterial } from '../transport/index.js';
-import { ShardexNode, checkReadBalanceOptions, type ReadBalanceOptions, type ShardexNodeOptions } from './shardex-node.js';
+import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
+import { nodeOptionsOf, readerOptionsOf, type NodeConfig, type NodeTunables, type ReaderConfig } from './config.js';
 import { loadApiKeys } from './http/auth.js';
 import { LIMITS, resolveLimits, type LimitName } from './http/limits.js';
 
-/** What every cluster process is told: where ZooKeeper is, and where it listens. */
-export interface ProcessOptions {
-  readonly zk: string;
-  readonly port: number;
-  readonly grpcPort?: number;
-  readonly data: string;
-  readonly name?: string;
-  readonly host: string;
-  /** Address peers and clients reach this process at (default: host). */
-  readonly advertiseHost?: string;
-  readonly zkTimeout: number;
-  /** File holding the secret every gRPC call between nodes and readers carries (`--cluster-secret-file`). */
-  readonly clusterSecretFile?: string;
-  /** Run without the secrets a process reachable from other machines needs (refused otherwise). */
-  readonly insecure?: boolean;
-  /** PEM certificate chain and key of the HTTP and gRPC servers (`--tls-cert`, `--tls-key`): they then serve TLS only. */
-  readonly tlsCert?: string;
-  readonly tlsKey?: string;
-  /** PEM CA (`--tls-ca`): gRPC between nodes and readers is then mutual TLS, verified against it. */
-  readonly tlsCa?: string;
-  /** File of one line `user:password` (`--zk-digest-file`): ZooKeeper digest auth, and ACLs on every znode created. */
-  readonly zkDigestFile?: string;
-}
+/** What every cluster process is told (config.ts): where ZooKeeper is, where it listens, its secrets. */
+export type ProcessOptions = Pick<NodeConfig, 'zk' | 'port' | 'grpcPort' | 'data' | 'name' | 'host' | 'advertiseHost' | 'zkTimeout' | 'clusterSecretFile' | 'tlsCert' | 'tlsKey' | 'tlsCa' | 'zkDigestFile' | 'insecure'>;
 
 /** The text of the `what` file `file` given with `flag`, surrounding whitespace dropped; SHX_BAD_CONFIG naming the flag when it cannot be read. */
 async function readTrimmed(file: string, what: string, flag: string): Promise<string> {
@@ -92,13 +72,8 @@ export function checkClusterSecret(host: string, secret: string | undefined, ins
   );
 }
 
-export interface RunNodeOptions extends ProcessOptions, ReadBalanceFlags, HttpFlags {
-  readonly logRetention?: number;
-  readonly writeBufferMb?: number;
-}
-
 /** `--api-keys` and the limit flags (`--max-...`), taken by `shardex node` and `shardex dev`. */
-export type HttpFlags = { readonly apiKeys?: string } & { readonly [K in LimitName]?: number };
+export type HttpFlags = Pick<NodeTunables, 'apiKeys' | LimitName>;
 
 export type HttpSettings = NonNullable<ShardexNodeOptions['http']>;
 
@@ -134,26 +109,6 @@ export function checkOpenBinding(host: string, http: HttpSettings, insecure: boo
     'SHX_BAD_CONFIG',
     `--host ${host} is reachable from other machines and no --api-keys are given: anyone who reaches the port could read, write and delete every collection. Give --api-keys FILE (or SHARDEX_API_KEYS_FILE), bind a loopback --host, or pass --insecure to run open on purpose`,
   );
-}
-
-/** `--read-priority` and `--read-queue-size`, taken by `shardex node` and `shardex dev`. */
-export interface ReadBalanceFlags {
-  readonly readPriority?: string;
-  readonly readQueueSize?: number;
-}
-
-/** The node's readBalance options from its flags; a bad one is SHX_BAD_CONFIG naming the flag. */
-export function readBalanceOptions(o: ReadBalanceFlags): ReadBalanceOptions {
-  const options = { ...(o.readPriority !== undefined && { defaultPriority: o.readPriority }), ...(o.readQueueSize !== undefined && { queueSize: o.readQueueSize }) };
-  checkReadBalanceOptions(options);
-  return options;
-}
-
-export interface RunReaderOptions extends ProcessOptions {
-  readonly group: string;
-  readonly snapshotExpiry: number;
-  readonly diskBudget?: number;
-  readonly maxScans: number;
 }
 
 interface Server {
@@ -225,36 +180,16 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
   return server;
 }
 
-export async function runNode(o: RunNodeOptions): Promise<ShardexNode> {
+export async function runNode(o: NodeConfig): Promise<ShardexNode> {
   // Before connecting anywhere: a bad flag is a usage error.
-  const readBalance = readBalanceOptions(o);
   const http = await httpSettings(o);
   checkOpenBinding(o.host, http, o.insecure);
   return runProcess(o, (ctx) => {
     if (http.apiKeys === undefined) ctx.logger.warn({ host: o.host, insecure: o.insecure === true }, 'no --api-keys: the HTTP API is open to anyone who can reach it');
-    return new ShardexNode({
-      ...ctx,
-      httpPort: o.port,
-      readBalance,
-      http,
-      ...(o.logRetention !== undefined && { logRetention: o.logRetention }),
-      ...(o.writeBufferMb !== undefined && { writeBufferMb: o.writeBufferMb }),
-    });
+    return new ShardexNode({ ...ctx, ...nodeOptionsOf(o), httpPort: o.port, http });
   });
 }
 
-export function runReader(o: RunReaderOptions): Promise<SnapshotReader> {
-  return runProcess(
-    o,
-    (ctx) =>
-      new SnapshotReader({
-        ...ctx,
-        group: o.group,
-        httpPort: o.port,
-        snapshotExpiryMs: o.snapshotExpiry,
-        maxScans: o.maxScans,
-        ...(o.diskBudget !== undefined && { diskBudgetBytes: o.diskBudget }),
-      }),
-    (r) => ({ group: r.group }),
-  );
+export function runReader(o: ReaderConfig): Promise<SnapshotReader> {
+  return runProcess(o, (ctx) => new SnapshotReader({ ...ctx, ...readerOptionsOf(o), group: o.group, httpPort: o.port }), (r) => ({ group: r.group }));
 }
