@@ -149,7 +149,7 @@ const READER_TUNABLE_KEYS = ['snapshotExpiry', 'diskBudget', 'maxScans', 'drainT
 /** The options of each process command; the order is the order of `--help`. */
 export const COMMAND_KEYS = {
   node: ['config', ...PROCESS_KEYS, ...NODE_TUNABLE_KEYS],
-  reader: ['config', ...PROCESS_KEYS, 'group', ...READER_TUNABLE_KEYS],
+  reader: ['config', ...PROCESS_KEYS, 'group', 'apiKeys', ...READER_TUNABLE_KEYS],
   dev: ['config', 'nodes', 'port', 'data', 'reset', 'shards', 'replicas', 'fields', 'autoCommit', 'readers', ...NODE_TUNABLE_KEYS, ...READER_TUNABLE_KEYS],
 } as const;
 export type CommandName = keyof typeof COMMAND_KEYS;

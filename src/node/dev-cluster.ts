@@ -154,7 +154,16 @@ export class DevCluster {
     const member = devMember('reader', i, this.o);
     const server = await this.open();
     const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: member.name }) });
-    const reader = new SnapshotReader({ ...member, coordinator, logger: this.o.logger, ...readerOptionsOf(devReaderTunables(this.o.reader)), ...this.o.readerOptions, ...options });
+    const reader = new SnapshotReader({
+      ...member,
+      coordinator,
+      logger: this.o.logger,
+      ...readerOptionsOf(devReaderTunables(this.o.reader)),
+      // Readers take the nodes' keys, as `shardex dev`'s do.
+      ...(this.access.http?.apiKeys && { apiKeys: this.access.http.apiKeys }),
+      ...this.o.readerOptions,
+      ...options,
+    });
     await reader.start();
     this.readers[i] = reader;
     return reader;

@@ -95,6 +95,8 @@ export class ThreadedDevCluster {
       ...(kind === 'node' && this.o.node && { node: this.o.node }),
       ...(kind === 'reader' && { reader: devReaderTunables(this.o.reader) }),
       ...(kind === 'node' && this.access.http && { http: this.access.http }),
+      // Readers take the same keys as the nodes (their /api/reader and /metrics).
+      ...(kind === 'reader' && this.access.http?.apiKeys && { apiKeys: this.access.http.apiKeys }),
       clusterSecret: this.clusterSecret,
       port: port2,
     };

@@ -20,6 +20,8 @@ export interface DevWorkerData {
   readonly node?: Partial<NodeTunables>;
   readonly reader?: Partial<ReaderTunables>;
   readonly http?: ShardexNodeOptions['http'];
+  /** A reader's API keys (the nodes' `http.apiKeys`). */
+  readonly apiKeys?: NonNullable<ShardexNodeOptions['http']>['apiKeys'];
   /** The run's cluster secret: every gRPC call between its nodes and readers carries it. */
   readonly clusterSecret: string;
   readonly port: MessagePort;
@@ -36,7 +38,7 @@ async function main(): Promise<void> {
   const server =
     d.kind === 'node'
       ? new ShardexNode({ ...common, ...nodeOptionsOf(d.node ?? {}), ...(d.http && { http: d.http }) })
-      : new SnapshotReader({ ...common, ...readerOptionsOf(d.reader ?? {}) });
+      : new SnapshotReader({ ...common, ...readerOptionsOf(d.reader ?? {}), ...(d.apiKeys && { apiKeys: d.apiKeys }) });
   parent.on('message', (m: { type: string }) => {
     if (m.type !== 'stop') return;
     void server

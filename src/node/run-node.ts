@@ -11,7 +11,7 @@ import { createLogger } from '../logger.js';
 import { SERVER_TLS_FLAGS, checkCertificateHost, loadTls, type TlsMaterial } from '../transport/index.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
 import { nodeOptionsOf, readerOptionsOf, type NodeConfig, type NodeTunables, type ReaderConfig } from './config.js';
-import { loadApiKeys } from './http/auth.js';
+import { loadApiKeys, type ApiKey } from './http/auth.js';
 import { LIMITS, resolveLimits, type LimitName } from './http/limits.js';
 
 /** What every cluster process is told (config.ts): where ZooKeeper is, where it listens, its secrets. */
@@ -82,10 +82,15 @@ export async function httpSettings(o: HttpFlags): Promise<HttpSettings> {
   const given: Partial<Record<LimitName, number>> = {};
   for (const name of Object.keys(LIMITS) as LimitName[]) if (o[name] !== undefined) given[name] = o[name];
   const { maxBodyBytes, ...limits } = resolveLimits(given);
-  // An empty variable (compose's `${KEYS:-}`) is a mistake to say, not a reason to run open.
-  if (o.apiKeys === '') throw new ShardexError('SHX_BAD_CONFIG', '--api-keys (or SHARDEX_API_KEYS_FILE) is empty: give the path of the keys file, or leave it unset to run without keys');
-  const apiKeys = o.apiKeys === undefined ? undefined : await loadApiKeys(o.apiKeys);
+  const apiKeys = await apiKeysOf(o.apiKeys);
   return { bodyLimit: maxBodyBytes, limits, ...(apiKeys && { apiKeys }) };
+}
+
+/** `--api-keys FILE` read and checked (nodes and readers alike); undefined: run without keys. */
+export async function apiKeysOf(file: string | undefined): Promise<ApiKey[] | undefined> {
+  // An empty variable (compose's `${KEYS:-}`) is a mistake to say, not a reason to run open.
+  if (file === '') throw new ShardexError('SHX_BAD_CONFIG', '--api-keys (or SHARDEX_API_KEYS_FILE) is empty: give the path of the keys file, or leave it unset to run without keys');
+  return file === undefined ? undefined : loadApiKeys(file);
 }
 
 /** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: only this machine can connect. */
@@ -190,6 +195,7 @@ export async function runNode(o: NodeConfig): Promise<ShardexNode> {
   });
 }
 
-export function runReader(o: ReaderConfig): Promise<SnapshotReader> {
-  return runProcess(o, (ctx) => new SnapshotReader({ ...ctx, ...readerOptionsOf(o), group: o.group, httpPort: o.port }), (r) => ({ group: r.group }));
+export async function runReader(o: ReaderConfig): Promise<SnapshotReader> {
+  const apiKeys = await apiKeysOf(o.apiKeys);
+  return runProcess(o, (ctx) => new SnapshotReader({ ...ctx, ...readerOptionsOf(o), group: o.group, httpPort: o.port, ...(apiKeys && { apiKeys }) }), (r) => ({ group: r.group }));
 }

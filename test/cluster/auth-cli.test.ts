@@ -49,6 +49,14 @@ describe('shardex node', () => {
     expect(r.stderr).toContain('--api-keys (or SHARDEX_API_KEYS_FILE) is empty');
   });
 
+  it('shardex reader takes --api-keys too, and refuses a malformed keys file naming it (exit 2)', async () => {
+    const bad = join(dir, 'bad-reader.json');
+    await writeFile(bad, JSON.stringify([{ name: 'ops', sha256: 'the-key-itself', roles: ['read'] }]));
+    const r = await run(['reader', '--zk', '127.0.0.1:1', '--port', '0', '--data', join(dir, 'r'), '--api-keys', bad]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain(`API keys file ${bad} (--api-keys)`);
+  });
+
   it('refuses a limit out of its bounds, naming the flag (exit 2)', async () => {
     const r = await run(['node', '--zk', '127.0.0.1:1', '--api-keys', keysFile, '--max-result-window', '20000']);
     expect(r.code).toBe(2);
@@ -61,7 +69,7 @@ describe('shardex dev with --api-keys', () => {
   let url: string;
 
   beforeAll(async () => {
-    dev = await startDev(['--nodes', '1', '--port', '0', '--shards', '1', '--replicas', '1', '--data', join(dir, 'dev-keys'), '--api-keys', keysFile]);
+    dev = await startDev(['--nodes', '1', '--readers', '1', '--port', '0', '--shards', '1', '--replicas', '1', '--data', join(dir, 'dev-keys'), '--api-keys', keysFile]);
     url = dev.urls[0]!;
   });
 
@@ -81,6 +89,14 @@ describe('shardex dev with --api-keys', () => {
     expect(view.status).toBe(200);
     expect(Object.keys(view.body.collections)).toContain('docs');
     expect((await http('GET', `${url}/health`)).status).toBe(200);
+  });
+
+  it('gives its snapshot readers the same keys: a reader answers 401 without one', async () => {
+    const reader = /^ {2}reader1 {2}(http:\/\/\S+)/m.exec(dev.out.join(''))?.[1];
+    expect(reader).toBeDefined();
+    expect((await http('GET', `${reader}/api/reader`)).status).toBe(401);
+    expect((await http('GET', `${reader}/api/reader`, undefined, bearer(KEYS.reader))).status).toBe(200);
+    expect((await http('GET', `${reader}/health`)).status).toBe(200);
   });
 
   it('serves the client commands with --api-key or SHARDEX_API_KEY, and refuses them without (exit 1)', async () => {

@@ -255,6 +255,11 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
     for (const served of Object.values(res.body.servedBy) as Array<{ node: string }>) expect(READERS).toContain(served.node);
     const readers = await request('GET', `${url.shardex1}/api/readers`, KEYS.reader);
     expect((readers.body.readers as Array<{ name: string }>).map((r) => r.name).sort()).toEqual([...READERS]);
+    // The readers take the nodes' keys too: their own API answers 401 without one.
+    for (const r of READERS) {
+      expect((await request('GET', `${url[r]}/api/reader`, undefined)).status).toBe(401);
+      expect((await request('GET', `${url[r]}/api/reader`, KEYS.reader)).status).toBe(200);
+    }
   });
 
   it('fails over when the container leading a shard stops, and a write job finishes', { timeout: 120_000 }, async () => {
