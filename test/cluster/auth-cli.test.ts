@@ -34,10 +34,11 @@ describe('shardex node', () => {
     expect(r.stderr).toContain('--insecure');
   });
 
-  it('refuses a malformed keys file, naming it and the flag (exit 2)', async () => {
-    const bad = join(dir, 'bad.json');
+  // shardex reader takes --api-keys too (its /api/reader and /metrics), with the same checks.
+  it.each(['node', 'reader'])('shardex %s refuses a malformed keys file, naming it and the flag (exit 2)', async (command) => {
+    const bad = join(dir, `bad-${command}.json`);
     await writeFile(bad, JSON.stringify([{ name: 'ops', sha256: 'the-key-itself', roles: ['read'] }]));
-    const r = await run(['node', '--zk', '127.0.0.1:1', '--port', '0', '--data', join(dir, 'n'), '--api-keys', bad]);
+    const r = await run([command, '--zk', '127.0.0.1:1', '--port', '0', '--data', join(dir, command), '--api-keys', bad]);
     expect(r.code, r.stderr).toBe(2);
     expect(r.stderr).toContain(`API keys file ${bad} (--api-keys)`);
     expect(r.stderr).toContain('sha256sum');
@@ -47,14 +48,6 @@ describe('shardex node', () => {
     const r = await run(['node', '--zk', '127.0.0.1:1', '--port', '0', '--data', join(dir, 'n')], { SHARDEX_API_KEYS_FILE: '' });
     expect(r.code, r.stderr).toBe(2);
     expect(r.stderr).toContain('--api-keys (or SHARDEX_API_KEYS_FILE) is empty');
-  });
-
-  it('shardex reader takes --api-keys too, and refuses a malformed keys file naming it (exit 2)', async () => {
-    const bad = join(dir, 'bad-reader.json');
-    await writeFile(bad, JSON.stringify([{ name: 'ops', sha256: 'the-key-itself', roles: ['read'] }]));
-    const r = await run(['reader', '--zk', '127.0.0.1:1', '--port', '0', '--data', join(dir, 'r'), '--api-keys', bad]);
-    expect(r.code, r.stderr).toBe(2);
-    expect(r.stderr).toContain(`API keys file ${bad} (--api-keys)`);
   });
 
   it('refuses a limit out of its bounds, naming the flag (exit 2)', async () => {
