@@ -24,6 +24,9 @@ export interface SubmitOptions {
   readonly deadline?: Deadline | undefined;
 }
 
+/** Requests in flight at once from one node to its peers, by default. */
+export const DEFAULT_MAX_IN_FLIGHT = 16;
+
 export interface DistributorOptions {
   readonly transport: UpdateTransport;
   readonly logger?: Logger;
@@ -78,7 +81,7 @@ export class CommandDistributor {
   constructor(opts: DistributorOptions) {
     this.transport = opts.transport;
     this.log = opts.logger;
-    this.limit = pLimit(opts.maxInFlight ?? 16);
+    this.limit = pLimit(opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
     this.flushOps = opts.flushOps ?? 1000;
     this.lingerMs = opts.lingerMs ?? 2;
     this.backoff = opts.backoff ?? withJitter(linearBackoff());

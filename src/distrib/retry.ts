@@ -72,7 +72,10 @@ export interface BackoffPolicy {
 }
 
 /** Solr's pause between distributor retries: min(500 ms x attempt, 2 s). */
-export function linearBackoff(stepMs = 500, maxMs = 2000): BackoffPolicy {
+export const DEFAULT_RETRY_PAUSE_MS = 500;
+export const DEFAULT_RETRY_PAUSE_MAX_MS = 2000;
+
+export function linearBackoff(stepMs = DEFAULT_RETRY_PAUSE_MS, maxMs = DEFAULT_RETRY_PAUSE_MAX_MS): BackoffPolicy {
   return (attempt) => Math.min(stepMs * attempt, maxMs);
 }
 

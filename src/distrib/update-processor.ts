@@ -24,6 +24,11 @@ import type { ShardReplica } from './replica.js';
 import { linearBackoff, retry, wasNotSent, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
 import type { ShardEffect } from './shard-state.js';
 
+/** Solr's maxRetriesOnForward: retries of an update forwarded to its shard's leader. */
+export const DEFAULT_FORWARD_RETRIES = 25;
+/** Solr's maxRetriesToFollowers: retries of a leader's update to a replica before it is marked down. */
+export const DEFAULT_REPLICA_RETRIES = 3;
+
 /** Error codes that prove nothing was applied anywhere (README: definite refusals). */
 const NOTHING_APPLIED: ReadonlySet<string> = new Set(['SHX_NO_LEADER', 'SHX_NOT_LEADER', 'SHX_STARTING', 'SHX_COLLECTION_NOT_FOUND']);
 
@@ -161,7 +166,7 @@ export class UpdateProcessor {
     };
     try {
       // The request's deadline bounds the forwards: none is tried once the client has given up.
-      return await retry(attempt, { maxRetries: this.o.forwardRetries ?? 25, backoff: this.backoff }, { deadline });
+      return await retry(attempt, { maxRetries: this.o.forwardRetries ?? DEFAULT_FORWARD_RETRIES, backoff: this.backoff }, { deadline });
     } catch (err) {
       // An earlier try may have been applied: a later definite refusal does not undo it.
       if (maybeApplied && err instanceof ShardexError && err.status >= 500) {
@@ -228,7 +233,7 @@ export class UpdateProcessor {
       const wire: WireOp[] = ops.map((op) => ({ id: op.id, v: op.version, doc: op.doc, text: op.text }));
       const update: ShardUpdate = { collection: replica.collection, shard: replica.shard, phase: 'FROMLEADER', epoch: replica.epoch, ops: wire, minRf, from: this.o.self, requestId: currentRequestId() };
       this.o.onForward?.('FROMLEADER', ops.length * targets.length);
-      const settled = await Promise.allSettled(targets.map((t) => this.o.distributor.submit(t, update, { maxRetries: this.o.replicaRetries ?? 3 })));
+      const settled = await Promise.allSettled(targets.map((t) => this.o.distributor.submit(t, update, { maxRetries: this.o.replicaRetries ?? DEFAULT_REPLICA_RETRIES })));
       settled.forEach((s, i) => {
         if (s.status === 'fulfilled') acked.push(targets[i]!);
         else if (s.reason instanceof ShardexError && s.reason.code === 'SHX_STALE_EPOCH') stale.push(targets[i]!);

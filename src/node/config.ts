@@ -11,8 +11,13 @@ import { z } from 'zod';
 import { ShardexError } from '../errors.js';
 import { parseSchema } from '../index/index.js';
 import { parseDuration } from '../read/duration.js';
-import { linearBackoff } from '../distrib/retry.js';
-import type { SnapshotReaderOptions } from '../read/snapshot-reader.js';
+import { DEFAULT_MAX_IN_FLIGHT } from '../distrib/distributor.js';
+import { DEFAULT_RETRY_PAUSE_MAX_MS, DEFAULT_RETRY_PAUSE_MS, linearBackoff } from '../distrib/retry.js';
+import { DEFAULT_FORWARD_RETRIES, DEFAULT_REPLICA_RETRIES } from '../distrib/update-processor.js';
+import { DEFAULT_READ_TIMEOUT_MS } from '../read/read-deadline.js';
+import { DEFAULT_DRAIN_TIMEOUT_MS, type SnapshotReaderOptions } from '../read/snapshot-reader.js';
+import { DEFAULT_CALL_TIMEOUT_MS } from '../transport/grpc.js';
+import { DEFAULT_DELETE_RETENTION_MS, DEFAULT_LOG_RETENTION } from '../ulog/replica-store.js';
 import { LIMITS } from './http/limits.js';
 import type { ShardexNodeOptions } from './shardex-node.js';
 
@@ -102,23 +107,23 @@ export const OPTIONS = {
   ...LIMIT_SPECS,
   readPriority: { ...text('read-balancer priority of reads that name none (default: none; such reads run unbalanced)', '<name>'), schema: NAME, expect: 'a name of 1 to 64 characters from A-Z a-z 0-9 _ . and -' },
   readQueueSize: int(0, 1_000_000, "reads that may wait in each priority's queue", '<n>', { default: 100 }),
-  readTimeout: int(1, 600_000, 'deadline of a read that gives no timeoutMs, ms (its time in the read queue counts)', '<ms>', { default: 30_000 }),
+  readTimeout: int(1, 600_000, 'deadline of a read that gives no timeoutMs, ms (its time in the read queue counts)', '<ms>', { default: DEFAULT_READ_TIMEOUT_MS }),
   // The command distributor and the update processor: Solr's maxRetriesOnForward (25) and
   // maxRetriesToFollowers (3), and its pause between retries, min(500 ms x attempt, 2 s).
-  maxInFlight: int(1, 10_000, 'update requests in flight at once from this node to its peers (the distributor)', '<n>', { default: 16 }),
-  forwardRetries: int(0, 1000, "retries of an update forwarded to a shard's leader (Solr's maxRetriesOnForward)", '<n>', { default: 25 }),
-  replicaRetries: int(0, 1000, "retries of a leader's update to a replica before it marks the replica down (Solr's maxRetriesToFollowers)", '<n>', { default: 3 }),
-  retryPause: int(1, 600_000, 'pause after the first failed try, ms; it grows by as much per try (jittered)', '<ms>', { default: 500 }),
-  retryPauseMax: int(1, 600_000, 'longest pause between tries, ms', '<ms>', { default: 2000 }),
-  callTimeout: int(100, 3_600_000, 'timeout of a gRPC call to a peer, ms', '<ms>', { default: 30_000 }),
-  logRetention: int(100, 100_000_000, 'update-log entries kept per shard for peer sync', '<n>', { default: 100_000 }),
-  deleteRetention: int(0, 86_400_000, "how long a delete's tombstone is kept, ms (Elasticsearch's index.gc_deletes)", '<ms>', { default: 60_000 }),
+  maxInFlight: int(1, 10_000, 'update requests in flight at once from this node to its peers (the distributor)', '<n>', { default: DEFAULT_MAX_IN_FLIGHT }),
+  forwardRetries: int(0, 1000, "retries of an update forwarded to a shard's leader (Solr's maxRetriesOnForward)", '<n>', { default: DEFAULT_FORWARD_RETRIES }),
+  replicaRetries: int(0, 1000, "retries of a leader's update to a replica before it marks the replica down (Solr's maxRetriesToFollowers)", '<n>', { default: DEFAULT_REPLICA_RETRIES }),
+  retryPause: int(1, 600_000, 'pause after the first failed try, ms; it grows by as much per try (jittered)', '<ms>', { default: DEFAULT_RETRY_PAUSE_MS }),
+  retryPauseMax: int(1, 600_000, 'longest pause between tries, ms', '<ms>', { default: DEFAULT_RETRY_PAUSE_MAX_MS }),
+  callTimeout: int(100, 3_600_000, 'timeout of a gRPC call to a peer, ms', '<ms>', { default: DEFAULT_CALL_TIMEOUT_MS }),
+  logRetention: int(100, 100_000_000, 'update-log entries kept per shard for peer sync', '<n>', { default: DEFAULT_LOG_RETENTION }),
+  deleteRetention: int(0, 86_400_000, "how long a delete's tombstone is kept, ms (Elasticsearch's index.gc_deletes)", '<ms>', { default: DEFAULT_DELETE_RETENTION_MS }),
   writeBufferMb: int(1, 256, "LevelDB write buffer per replica in MiB (default LevelDB's 4; larger: less compaction per write, and up to twice that much memory per replica)", '<mib>'),
   group: { ...text('reader group', '<name>', { default: 'default' }), schema: NAME, expect: 'a name of 1 to 64 characters from A-Z a-z 0-9 _ . and -' },
   snapshotExpiry: int(0, 86_400_000, 'refresh a cached shard once its snapshot is this old, ms', '<ms>', { default: 60_000 }),
   diskBudget: int(1, Number.MAX_SAFE_INTEGER, 'evict least recently used shards past this size, bytes', '<bytes>'),
   maxScans: int(1, 1024, 'concurrent scans', '<n>', { default: 8 }),
-  drainTimeout: int(0, 3_600_000, 'on stop, how long started scans may finish, ms', '<ms>', { default: 30_000 }),
+  drainTimeout: int(0, 3_600_000, 'on stop, how long started scans may finish, ms', '<ms>', { default: DEFAULT_DRAIN_TIMEOUT_MS }),
   nodes: int(1, 32, 'number of nodes', '<n>', { default: 3 }),
   reset: flag('wipe the data directory first: every collection and document in it is gone', { flagOnly: true }),
   shards: int(1, 256, 'shards of the "docs" collection, when it is created (at the first start)', '<n>', { default: 2 }),

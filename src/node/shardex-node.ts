@@ -239,7 +239,7 @@ export class ShardexNode {
     this.distributor = new CommandDistributor({
       transport: this.peers,
       logger: this.log,
-      maxInFlight: opts.maxInFlight ?? 16,
+      ...(opts.maxInFlight !== undefined && { maxInFlight: opts.maxInFlight }),
       backoff: opts.backoff ?? linearBackoff(),
       onOutcome: (dest, outcome) => this.m.distributorOutcomes.inc({ dest, outcome }),
     });

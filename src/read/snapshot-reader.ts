@@ -86,7 +86,7 @@ export interface SnapshotReaderOptions {
 }
 
 const DEFAULT_SNAPSHOT_EXPIRY_MS = 5000;
-const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
+export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
 const DEFAULT_COPY_STALL_MS = 10_000;
 
 interface CachedShard {

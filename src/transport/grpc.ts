@@ -87,6 +87,9 @@ const CHANNEL_OPTIONS: grpc.ChannelOptions = {
 
 const SECRET_KEY = 'shx-secret';
 
+/** A gRPC call to a peer that names no timeout ends after this long. */
+export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+
 /** Compares a call's secret with the cluster's in constant time (of their SHA-256 digests). */
 function secretChecker(secret: string | undefined): (metadata: grpc.Metadata) => ShardexError | undefined {
   if (secret === undefined) return () => undefined;
@@ -433,7 +436,7 @@ export class PeerClients implements UpdateTransport {
       })),
     };
     return new Promise<WireResult[]>((resolve, reject) => {
-      const timeout = this.o.callTimeoutMs ?? 30_000;
+      const timeout = this.o.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
       const timer = setTimeout(() => {
         p.pending.delete(id);
         reject(new ShardexError('SHX_TIMEOUT', `node ${dest} did not acknowledge an update within ${timeout} ms`));
@@ -455,7 +458,7 @@ export class PeerClients implements UpdateTransport {
     } catch (err) {
       return Promise.reject(err);
     }
-    const deadline = new Date(Date.now() + (timeoutMs ?? this.o.callTimeoutMs ?? 30_000));
+    const deadline = new Date(Date.now() + (timeoutMs ?? this.o.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS));
     return new Promise<T>((resolve, reject) => {
       p.client[method]!({ body: toJson(body) }, this.metadata(currentRequestId()), { deadline }, (err: grpc.ServiceError | null, res: JsonMessage) => {
         if (err) reject(fromServiceError(err, dest));

@@ -80,6 +80,8 @@ export interface ReplicaStoreOptions {
 }
 
 export const DEFAULT_DELETE_RETENTION_MS = 60_000;
+/** Update-log entries kept per shard for peer sync, by default. */
+export const DEFAULT_LOG_RETENTION = 100_000;
 
 const LOG = 'l';
 const DOC = 'd';
@@ -231,7 +233,7 @@ export class ReplicaStore {
       ...(opts.writeBufferSize !== undefined && { writeBufferSize: opts.writeBufferSize }),
     });
     await db.open();
-    const store = new ReplicaStore(db, opts.logRetention ?? 100_000, opts);
+    const store = new ReplicaStore(db, opts.logRetention ?? DEFAULT_LOG_RETENTION, opts);
     try {
       await store.checkFormat(dir);
     } catch (err) {
