@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { decodeOps, encodeOps, type WireOp } from '../src/transport/index.js';
+import { SearchRequest } from '../src/transport/schemas.js';
 import { docText, encodeEntry, decodeEntry } from '../src/ulog/index.js';
 import { thrown } from './support/errors.js';
 
@@ -59,5 +60,16 @@ describe('update ops on the wire', () => {
     const err = thrown(() => decodeOps(bytes));
     expect(err.code).toBe('SHX_BAD_REQUEST');
     expect(err.message).toMatch(message);
+  });
+});
+
+describe('search phases on the wire', () => {
+  it('takes a query phase with the summed statistics, and without them (a one-shard collection scores with its own)', () => {
+    const base = { kind: 'query', collection: 'c', shard: 'shard1', params: { q: 'a', limit: 10, fetchInQuery: true } };
+    expect(SearchRequest.safeParse(base).success).toBe(true);
+    expect(SearchRequest.safeParse({ ...base, stats: { docCount: 3 } }).success).toBe(true);
+    expect(SearchRequest.safeParse({ ...base, stats: 'none' }).success).toBe(false);
+    // The coordinator's own flags pass through to the shard.
+    expect(SearchRequest.parse(base)).toMatchObject({ params: { fetchInQuery: true } });
   });
 });

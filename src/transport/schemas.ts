@@ -33,7 +33,8 @@ export const SearchRequest = z.discriminatedUnion('kind', [
     fields: z.string().optional(),
   }),
   ShardRef.extend({ kind: z.literal('stats'), params: SearchParams, eventual }),
-  ShardRef.extend({ kind: z.literal('query'), params: SearchParams, stats: z.record(z.string(), z.unknown()), eventual }),
+  // No stats: a collection of one shard scores with the shard's own.
+  ShardRef.extend({ kind: z.literal('query'), params: SearchParams, stats: z.record(z.string(), z.unknown()).optional(), eventual }),
   ShardRef.extend({ kind: z.literal('fetch'), ids: z.array(id).max(10_000), fields: z.string().optional(), eventual }),
 ]);
 
