@@ -75,7 +75,7 @@ describe('retry', () => {
   it('ends a pause when the signal aborts, with the signal\'s reason', async () => {
     const s = scripted([unavailable, unavailable]);
     const ac = new AbortController();
-    const p = retry(s.attempt, policy(5), { signal: ac.signal }).catch((e: unknown) => e);
+    const p = retry(s.attempt, policy(5), { deadline: new Deadline({ signal: ac.signal }) }).catch((e: unknown) => e);
     await vi.advanceTimersByTimeAsync(50);
     ac.abort(new Error('caller gave up'));
     expect(await p).toMatchObject({ message: 'caller gave up' });

@@ -119,8 +119,8 @@ export function nextPause(policy: RetryPolicy, err: unknown, failures: number, d
 }
 
 export interface RetryOptions {
+  /** The time the retries must end by, and the caller's cancellation (its signal). */
   readonly deadline?: Deadline | undefined;
-  readonly signal?: AbortSignal | undefined;
   /** Told of each failure another attempt follows, with the pause before it. */
   readonly onRetry?: (err: unknown, failures: number, pauseMs: number) => void;
 }
@@ -141,7 +141,7 @@ export async function retry<T>(attempt: (n: number) => Promise<T>, policy: Retry
       const pause = nextPause(policy, err, n, o.deadline);
       if (pause === undefined) throw err;
       o.onRetry?.(err, n, pause);
-      await sleep(pause, o.signal ?? o.deadline?.signal);
+      await sleep(pause, o.deadline?.signal);
     }
   }
 }
