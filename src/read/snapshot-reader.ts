@@ -142,10 +142,10 @@ export class SnapshotReader {
     this.pool = new ScanPool(opts.maxScans ?? 8);
     this.now = opts.now ?? (() => performance.timeOrigin + performance.now());
     this.expiryMs = opts.snapshotExpiryMs ?? DEFAULT_SNAPSHOT_EXPIRY_MS;
-    this.busyCounter = new Counter({ name: 'shardex_reader_busy_total', help: 'Requests refused as BUSY', registers: [this.metrics] });
-    this.servedCounter = new Counter({ name: 'shardex_reader_scans_total', help: 'Scans served', registers: [this.metrics] });
-    this.refreshCounter = new Counter({ name: 'shardex_reader_refreshes_total', help: 'Times a cached shard asked its leader for a newer commit point', registers: [this.metrics] });
     const counter = (name: string, help: string): Counter => new Counter({ name, help, registers: [this.metrics] });
+    this.busyCounter = counter('shardex_reader_busy_total', 'Requests refused as BUSY');
+    this.servedCounter = counter('shardex_reader_scans_total', 'Scans served');
+    this.refreshCounter = counter('shardex_reader_refreshes_total', 'Times a cached shard asked its leader for a newer commit point');
     this.cache = {
       hits: counter('shardex_reader_cache_hits_total', 'Scans that found their shard in the local cache'),
       misses: counter('shardex_reader_cache_misses_total', 'Scans that found their shard not cached (and waited for a copy)'),
