@@ -10,6 +10,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ShardexError } from '../errors.js';
 import { parseSchema } from '../index/index.js';
+import { PriorityName, TargetName } from '../read/balance-settings.js';
 import { parseDuration } from '../read/duration.js';
 import { DEFAULT_MAX_IN_FLIGHT } from '../distrib/distributor.js';
 import { DEFAULT_RETRY_PAUSE_MAX_MS, DEFAULT_RETRY_PAUSE_MS, linearBackoff } from '../distrib/retry.js';
@@ -60,7 +61,6 @@ function fieldsFromText(t: string): unknown {
   const pairs = t.split(',').map((p) => p.trim().split(':'));
   return pairs.every((p) => p.length === 2 && p[0] !== '' && p[1] !== '') ? Object.fromEntries(pairs) : t;
 }
-const NAME = z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/);
 
 /** A collection's autoCommit as `shardex dev` takes it, a duration such as `15s` or `off`, in ms (0: off). */
 export const autoCommitMs = (v: string): number => (v === 'off' ? 0 : parseDuration(v, 'autoCommit'));
@@ -105,7 +105,7 @@ export const OPTIONS = {
   insecure: flag('serve without --api-keys / --cluster-secret-file on a --host other machines can reach (refused otherwise)'),
   apiKeys: file('JSON file of API keys [{"name","sha256","roles"}]: every endpoint but /health then needs "Authorization: Bearer KEY"', 'SHARDEX_API_KEYS_FILE'),
   ...LIMIT_SPECS,
-  readPriority: { ...text('read-balancer priority of reads that name none (default: none; such reads run unbalanced)', '<name>'), schema: NAME, expect: 'a name of 1 to 64 characters from A-Z a-z 0-9 _ . and -' },
+  readPriority: { ...text('read-balancer priority of reads that name none (default: none; such reads run unbalanced)', '<name>'), schema: PriorityName, expect: 'a name of 1 to 64 characters from A-Z a-z 0-9 _ . and -' },
   readQueueSize: int(0, 1_000_000, "reads that may wait in each priority's queue", '<n>', { default: 100 }),
   readTimeout: int(1, 600_000, 'deadline of a read that gives no timeoutMs, ms (its time in the read queue counts)', '<ms>', { default: DEFAULT_READ_TIMEOUT_MS }),
   // The command distributor and the update processor: Solr's maxRetriesOnForward (25) and
@@ -119,7 +119,7 @@ export const OPTIONS = {
   logRetention: int(100, 100_000_000, 'update-log entries kept per shard for peer sync', '<n>', { default: DEFAULT_LOG_RETENTION }),
   deleteRetention: int(0, 86_400_000, "how long a delete's tombstone is kept, ms (Elasticsearch's index.gc_deletes)", '<ms>', { default: DEFAULT_DELETE_RETENTION_MS }),
   writeBufferMb: int(1, 256, "LevelDB write buffer per replica in MiB (default LevelDB's 4; larger: less compaction per write, and up to twice that much memory per replica)", '<mib>'),
-  group: { ...text('reader group', '<name>', { default: 'default' }), schema: NAME, expect: 'a name of 1 to 64 characters from A-Z a-z 0-9 _ . and -' },
+  group: { ...text('reader group', '<name>', { default: 'default' }), schema: TargetName, expect: 'a name of 1 to 64 characters from A-Z a-z 0-9 _ . and -' },
   snapshotExpiry: int(0, 86_400_000, 'refresh a cached shard once its snapshot is this old, ms', '<ms>', { default: 60_000 }),
   diskBudget: int(1, Number.MAX_SAFE_INTEGER, 'evict least recently used shards past this size, bytes', '<bytes>'),
   maxScans: int(1, 1024, 'concurrent scans', '<n>', { default: 8 }),
