@@ -56,13 +56,20 @@ describe('durability request (the default)', () => {
   });
 
   it('lets concurrent requests share a sync (group commit)', async () => {
-    const before = writes.length;
-    await Promise.all(Array.from({ length: 60 }, (_, i) => http('POST', `${tc.urls[0]}/api/collections/${C}/docs`, [{ id: `g-${i}` }])));
-    const batches = writes.slice(before).filter((w) => w.write.versions.length > 0);
-    // 60 requests, 2 replicas: 120 applies, in fewer synced batches.
-    expect(batches.reduce((n, w) => n + w.write.applies, 0)).toBe(120);
-    expect(batches.length).toBeLessThan(120);
-    expect(batches.every((w) => w.write.sync)).toBe(true);
+    // Whether two requests meet in one batch depends on how fast this disk syncs, so a burst
+    // may happen to share nothing; without group commit no burst ever shares (each apply is its
+    // own sync), which is what this checks. The store's unit tests show the mechanism itself.
+    let shared = false;
+    for (let burst = 0; burst < 10 && !shared; burst++) {
+      const before = writes.length;
+      await Promise.all(Array.from({ length: 60 }, (_, i) => http('POST', `${tc.urls[i % 2]}/api/collections/${C}/docs`, [{ id: `g-${burst}-${i}` }])));
+      const batches = writes.slice(before).filter((w) => w.write.versions.length > 0);
+      // 60 requests, 2 replicas: 120 applies, every batch synced.
+      expect(batches.reduce((n, w) => n + w.write.applies, 0)).toBe(120);
+      expect(batches.every((w) => w.write.sync)).toBe(true);
+      shared = batches.some((w) => w.write.applies > 1);
+    }
+    expect(shared).toBe(true);
   });
 });
 
