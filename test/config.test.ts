@@ -263,7 +263,16 @@ describe('what the options configure', () => {
     const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
     const o = nodeOptionsOf(c);
     expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
-    expect([1, 2, 3, 4].map((n) => o.backoff!(n))).toEqual([100, 200, 250, 250]);
+    // Linear from 100 to at most 250, each pause jittered (up to 20% shorter).
+    const pauses = Array.from({ length: 50 }, () => [1, 2, 3, 4].map((n) => o.backoff!(n)));
+    const bounds = [100, 200, 250, 250];
+    for (const p of pauses) {
+      for (const [i, max] of bounds.entries()) {
+        expect(p[i]).toBeGreaterThanOrEqual(max * 0.8);
+        expect(p[i]).toBeLessThanOrEqual(max);
+      }
+    }
+    expect(new Set(pauses.map((p) => p[1])).size).toBeGreaterThan(1);
   });
 
   it('gives a reader its cache and scan settings', async () => {

@@ -6,7 +6,7 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import type { Logger } from 'pino';
 import { ShardexError } from '../errors.js';
 import type { ShardUpdate, ShardUpdateResult } from '../transport/index.js';
-import { NOT_SENT, isTransient, linearBackoff, nextPause, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
+import { NOT_SENT, isTransient, nextPause, nodeRetryBackoff, type BackoffPolicy, type Deadline } from './retry.js';
 
 export type UpdateOutcome = { ok: true; result: ShardUpdateResult } | { ok: false; error: ShardexError };
 
@@ -84,7 +84,7 @@ export class CommandDistributor {
     this.limit = pLimit(opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
     this.flushOps = opts.flushOps ?? 1000;
     this.lingerMs = opts.lingerMs ?? 2;
-    this.backoff = opts.backoff ?? withJitter(linearBackoff());
+    this.backoff = opts.backoff ?? nodeRetryBackoff();
     this.onOutcome = opts.onOutcome;
   }
 

@@ -89,6 +89,11 @@ export function withJitter(backoff: BackoffPolicy, fraction = 0.2, random: () =>
   return (attempt) => Math.round(backoff(attempt) * (1 - fraction * random()));
 }
 
+/** The node's pause between tries of a forward or a replica update: linear, capped, jittered. */
+export function nodeRetryBackoff(stepMs = DEFAULT_RETRY_PAUSE_MS, maxMs = DEFAULT_RETRY_PAUSE_MAX_MS): BackoffPolicy {
+  return withJitter(linearBackoff(stepMs, maxMs));
+}
+
 export interface RetryPolicy {
   /** Retries after the first attempt (Infinity: until the deadline). */
   readonly maxRetries: number;

@@ -21,7 +21,7 @@ import type { CommandDistributor } from './distributor.js';
 import { admitOps } from './documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import type { ShardReplica } from './replica.js';
-import { linearBackoff, retry, wasNotSent, withJitter, type BackoffPolicy, type Deadline } from './retry.js';
+import { nodeRetryBackoff, retry, wasNotSent, type BackoffPolicy, type Deadline } from './retry.js';
 import type { ShardEffect } from './shard-state.js';
 
 /** Solr's maxRetriesOnForward: retries of an update forwarded to its shard's leader. */
@@ -101,7 +101,7 @@ export class UpdateProcessor {
 
   constructor(opts: UpdateProcessorOptions) {
     this.o = opts;
-    this.backoff = opts.backoff ?? withJitter(linearBackoff());
+    this.backoff = opts.backoff ?? nodeRetryBackoff();
   }
 
   private collection(name: string): CollectionState {

@@ -13,7 +13,7 @@ import { parseSchema } from '../index/index.js';
 import { PriorityName, TargetName } from '../read/balance-settings.js';
 import { parseDuration } from '../read/duration.js';
 import { DEFAULT_MAX_IN_FLIGHT } from '../distrib/distributor.js';
-import { DEFAULT_RETRY_PAUSE_MAX_MS, DEFAULT_RETRY_PAUSE_MS, linearBackoff } from '../distrib/retry.js';
+import { DEFAULT_RETRY_PAUSE_MAX_MS, DEFAULT_RETRY_PAUSE_MS, nodeRetryBackoff } from '../distrib/retry.js';
 import { DEFAULT_FORWARD_RETRIES, DEFAULT_REPLICA_RETRIES } from '../distrib/update-processor.js';
 import { DEFAULT_READ_TIMEOUT_MS } from '../read/read-deadline.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, type SnapshotReaderOptions } from '../read/snapshot-reader.js';
@@ -356,7 +356,7 @@ export function nodeOptionsOf(t: Partial<NodeTunables>): Partial<ShardexNodeOpti
     ...(t.maxInFlight !== undefined && { maxInFlight: t.maxInFlight }),
     ...(t.forwardRetries !== undefined && { forwardRetries: t.forwardRetries }),
     ...(t.replicaRetries !== undefined && { replicaRetries: t.replicaRetries }),
-    ...(t.retryPause !== undefined && { backoff: linearBackoff(t.retryPause, t.retryPauseMax ?? Math.max(t.retryPause, OPTIONS.retryPauseMax.default)) }),
+    ...(t.retryPause !== undefined && { backoff: nodeRetryBackoff(t.retryPause, t.retryPauseMax ?? Math.max(t.retryPause, OPTIONS.retryPauseMax.default)) }),
     ...(t.callTimeout !== undefined && { callTimeoutMs: t.callTimeout }),
     ...(t.logRetention !== undefined && { logRetention: t.logRetention }),
     ...(t.deleteRetention !== undefined && { deleteRetentionMs: t.deleteRetention }),

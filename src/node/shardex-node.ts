@@ -15,7 +15,7 @@ import { distributedSearch, servePhase, type SearchParams, type SearchResponse, 
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
 import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
-import { linearBackoff, sleep, withJitter, type BackoffPolicy, type Deadline } from '../distrib/retry.js';
+import { nodeRetryBackoff, sleep, type BackoffPolicy, type Deadline } from '../distrib/retry.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
 import { READ_BALANCE_CONFIG, PriorityName, eraseSettings, parseStoredSettings, storedSettings, upsertSetting } from '../read/balance-settings.js';
@@ -240,7 +240,7 @@ export class ShardexNode {
       transport: this.peers,
       logger: this.log,
       ...(opts.maxInFlight !== undefined && { maxInFlight: opts.maxInFlight }),
-      backoff: opts.backoff ?? linearBackoff(),
+      backoff: opts.backoff ?? nodeRetryBackoff(),
       onOutcome: (dest, outcome) => this.m.distributorOutcomes.inc({ dest, outcome }),
     });
     this.processor = new UpdateProcessor({
@@ -1151,5 +1151,5 @@ function balanceInfo(permit: ReadPermit): ReadBalanceInfo | undefined {
 }
 
 /** Pauses between recovery attempts, and between tries to catch up with a new leader (the shared linear backoff, with jitter). */
-const RECOVERY_BACKOFF = withJitter(linearBackoff(100, 2000));
-const CATCH_UP_BACKOFF = withJitter(linearBackoff(50, 1000));
+const RECOVERY_BACKOFF = nodeRetryBackoff(100, 2000);
+const CATCH_UP_BACKOFF = nodeRetryBackoff(50, 1000);
