@@ -1,6 +1,6 @@
-// The cluster secret: with one, a peer server refuses every call that changes or copies a replica
-// without it (versions, the log, commit, the update stream, the copy stream) before any handler
-// runs; reads (get, search) stay open to the smart client; clients with the secret are served.
+// The cluster secret: with one, a peer server refuses every call without it (versions, the log,
+// commit, the update stream, the copy stream, get and search) before any handler runs; clients
+// with the secret are served.
 import { afterEach, describe, expect, it } from 'vitest';
 import { PeerClients, PeerServer, type PeerHandlers } from '../src/transport/index.js';
 import { silentLogger } from '../src/logger.js';
@@ -48,6 +48,7 @@ async function thrown(p: Promise<unknown>): Promise<ShardexError> {
   return err as ShardexError;
 }
 
+const search = { collection: 'c', shard: 'shard1', kind: 'query', params: { q: '*', limit: 10 } };
 const update = { collection: 'c', shard: 'shard1', phase: 'FROMLEADER' as const, epoch: 1, ops: [], minRf: 1, from: 'n0' };
 
 describe('cluster secret', () => {
@@ -58,13 +59,15 @@ describe('cluster secret', () => {
     expect(await collect(c)).toEqual([[]]);
     const [outcome] = await c.send('n1', [update]);
     expect(outcome).toMatchObject({ ok: true });
-    expect(calls).toEqual(['versions', 'copyShard', 'update']);
+    expect(await c.call('n1', 'get', { collection: 'c', shard: 'shard1', ids: ['a'] })).toEqual([]);
+    expect(await c.call('n1', 'search', search)).toEqual({});
+    expect(calls).toEqual(['versions', 'copyShard', 'update', 'get', 'search']);
   });
 
   it.each([
     ['no secret', undefined],
     ['a wrong secret', 'correct horse battery stapler'],
-  ])('refuses every replication call with %s before any handler runs', async (_what, secret) => {
+  ])('refuses every call with %s before any handler runs, reads included', async (_what, secret) => {
     const calls: string[] = [];
     const c = client(await serve(SECRET, calls), secret);
     const unary = await thrown(c.call('n1', 'versions', { collection: 'c', shard: 'shard1' }));
@@ -74,10 +77,15 @@ describe('cluster secret', () => {
     expect(await thrown(collect(c))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
     const sent = await thrown(c.send('n1', [update]));
     expect(sent.message).toContain('cluster secret');
+    expect(await thrown(c.call('n1', 'commit', { collection: 'c', shard: 'shard1' }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+    expect(await thrown(c.call('n1', 'get', { collection: 'c', shard: 'shard1', ids: ['a'] }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+    expect(await thrown(c.call('n1', 'search', search))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
     expect(calls).toEqual([]);
-    // Reads are the smart client's: they are not checked.
-    expect(await c.call('n1', 'get', { collection: 'c', shard: 'shard1', ids: ['a'] })).toEqual([]);
-    expect(calls).toEqual(['get']);
+  });
+
+  it('refuses a call without the secret before its request is checked', async () => {
+    const c = client(await serve(SECRET, []));
+    expect(await thrown(c.call('n1', 'get', { not: 'a get request' }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
   });
 
   it('checks nothing when the server has no secret', async () => {

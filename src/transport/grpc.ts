@@ -3,10 +3,9 @@
 // request is checked against its RPC's schema (schemas.ts) before a handler sees it.
 // ShardexError crosses the wire as a gRPC status plus the `shx-code` metadata entry, and is
 // rebuilt on the other side; a broken channel becomes a transient SHX_UNAVAILABLE. With a cluster
-// secret, every call carries it (`shx-secret` metadata) and the server refuses, before anything
-// else, every call that changes or copies a replica without it (updates, commit, the log, copies,
-// versions: UNAUTHENTICATED, SHX_UNAUTHORIZED). Reads (get, search) are what the smart client
-// sends readers and leaders directly, and are not checked.
+// secret, every call carries it (`shx-secret` metadata) and the server refuses every call without
+// it, reads included (UNAUTHENTICATED, SHX_UNAUTHORIZED), in one server interceptor that runs on
+// the call's metadata before any handler or schema sees the call.
 // TLS (tls.ts): a server with a certificate serves TLS only; with a CA it also requires, and
 // verifies against the CA, a client certificate on every connection (mutual TLS), so that only
 // holders of a certificate from that CA reach any RPC, reads included. Clients verify the server
@@ -90,16 +89,27 @@ const SECRET_KEY = 'shx-secret';
 /** A gRPC call to a peer that names no timeout ends after this long. */
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
-/** Compares a call's secret with the cluster's in constant time (of their SHA-256 digests). */
-function secretChecker(secret: string | undefined): (metadata: grpc.Metadata) => ShardexError | undefined {
-  if (secret === undefined) return () => undefined;
+/**
+ * The server interceptor that refuses every call not carrying `secret` before any handler runs,
+ * whatever the call's kind (unary, server stream, bidirectional stream). The secrets are compared
+ * in constant time (of their SHA-256 digests).
+ */
+function secretInterceptor(secret: string): grpc.ServerInterceptor {
   const want = createHash('sha256').update(secret).digest();
-  return (metadata) => {
+  const carries = (metadata: grpc.Metadata): boolean => {
     const got = metadata.get(SECRET_KEY)[0];
-    const digest = createHash('sha256').update(typeof got === 'string' ? got : '').digest();
-    if (typeof got === 'string' && timingSafeEqual(digest, want)) return undefined;
-    return new ShardexError('SHX_UNAUTHORIZED', `this call does not carry the cluster secret: give every node and reader the same --cluster-secret-file`);
+    return typeof got === 'string' && timingSafeEqual(createHash('sha256').update(got).digest(), want);
   };
+  return (_method, call) =>
+    new grpc.ServerInterceptingCall(call, {
+      start: (next) =>
+        next({
+          onReceiveMetadata: (metadata, accept) => {
+            if (carries(metadata)) return accept(metadata);
+            call.sendStatus(toServiceError(new ShardexError('SHX_UNAUTHORIZED', 'this call does not carry the cluster secret: give every node and reader the same --cluster-secret-file')));
+          },
+        }),
+    });
 }
 
 const toJson = (v: unknown): Buffer => Buffer.from(JSON.stringify(v ?? null));
@@ -114,7 +124,7 @@ function statusOf(err: ShardexError): grpc.status {
   return grpc.status.INTERNAL;
 }
 
-function toServiceError(err: unknown): Partial<grpc.ServiceError> {
+function toServiceError(err: unknown): { code: grpc.status; details: string; metadata: grpc.Metadata } {
   const e = err instanceof ShardexError ? err : new ShardexError('SHX_INTERNAL', err instanceof Error ? err.message : String(err));
   const metadata = new grpc.Metadata();
   metadata.set('shx-code', e.code);
@@ -208,20 +218,18 @@ function channelCredentials(tls: ClientTlsMaterial | undefined): grpc.ChannelCre
 }
 
 export class PeerServer {
-  private readonly server = new grpc.Server(CHANNEL_OPTIONS);
+  private readonly server: grpc.Server;
   private readonly credentials: grpc.ServerCredentials;
   private port = 0;
 
   constructor(handlers: PeerHandlers, log: Logger, opts: PeerServerOptions = {}) {
+    this.server = new grpc.Server({ ...CHANNEL_OPTIONS, ...(opts.secret !== undefined && { interceptors: [secretInterceptor(opts.secret)] }) });
     this.credentials = serverCredentials(opts.tls);
-    const refused = secretChecker(opts.secret);
     const unary =
-      <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>, trusted = true) =>
+      <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>) =>
       (call: grpc.ServerUnaryCall<JsonMessage, JsonMessage>, cb: grpc.sendUnaryData<JsonMessage>): void => {
         let req: z.infer<S>;
         try {
-          const problem = trusted ? refused(call.metadata) : undefined;
-          if (problem) throw problem;
           req = checked(method, schema, call.request.body);
         } catch (err) {
           return cb(toServiceError(err));
@@ -233,13 +241,6 @@ export class PeerServer {
       };
     this.server.addService(service().def, {
       updates: (call: grpc.ServerDuplexStream<WireFrame, WireAck>) => {
-        const problem = refused(call.metadata);
-        if (problem) {
-          call.on('error', () => undefined);
-          // Emitting the error sends it as the call's status (destroy() would leave the client waiting).
-          call.emit('error', toServiceError(problem));
-          return;
-        }
         call.on('data', (frame: WireFrame) => {
           void Promise.all(
             frame.updates.map(async (w): Promise<WireResult> => {
@@ -260,16 +261,14 @@ export class PeerServer {
         call.on('end', () => call.end());
         call.on('error', () => undefined);
       },
-      get: unary('get', GetRequest, (r) => handlers.get(r), false),
-      search: unary('search', SearchRequest, (r) => handlers.search(r), false),
+      get: unary('get', GetRequest, (r) => handlers.get(r)),
+      search: unary('search', SearchRequest, (r) => handlers.search(r)),
       commit: unary('commit', CommitRequest, (r) => handlers.commit(r)),
       versions: unary('versions', VersionsRequest, (r) => handlers.versions(r)),
       updatesAfter: unary('updatesAfter', UpdatesAfterRequest, (r) => handlers.updatesAfter(r)),
       copyShard: (call: grpc.ServerWritableStream<JsonMessage, JsonMessage>) => {
         void (async () => {
           try {
-            const problem = refused(call.metadata);
-            if (problem) throw problem;
             for await (const chunk of handlers.copyShard(checked('copyShard', CopyShardRequest, call.request.body))) {
               if (call.cancelled) return;
               if (!call.write({ body: toJson(chunk) })) await new Promise((r) => call.once('drain', r));
