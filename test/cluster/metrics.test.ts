@@ -1,13 +1,17 @@
-// The node's own series on /metrics (issue 13, observability): after writes and a commit, the
-// update path, leadership, commit points, the index and the update log show what happened.
+// The node's own series on /metrics (issue 13, observability): the text of nodes and readers is
+// Prometheus exposition text (read by a strict parser, test/support/prometheus-text.ts) with the
+// series the issue names, each of its type; after writes and a commit, the update path,
+// leadership, commit points, the index and the update log show what happened.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
+import { pollUntil } from '../support/poll.js';
+import { parsePrometheusText, samplesNamed, type MetricFamily, type MetricType } from '../support/prometheus-text.js';
 
 const C = 'observed';
 let tc: TestCluster;
 
 beforeAll(async () => {
-  tc = await startCluster({ nodes: 2, collection: { name: C, numShards: 1, replicationFactor: 2, router: 'compositeId' } });
+  tc = await startCluster({ nodes: 2, readers: 1, collection: { name: C, numShards: 1, replicationFactor: 2, router: 'compositeId' } });
   await tc.cluster.waitAllActive(30_000);
 });
 
@@ -15,16 +19,80 @@ afterAll(async () => {
   await tc?.stop();
 });
 
-/** Every sample of `name` on the node at `url`: labels text -> value. */
-async function samples(url: string, name: string): Promise<Map<string, number>> {
-  const text = (await http<string>('GET', `${url}/metrics`)).body;
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    const m = /^(\w+)(\{[^}]*\})? (\S+)$/.exec(line);
-    if (m && m[1] === name) out.set(m[2] ?? '', Number(m[3]));
-  }
-  return out;
+/** The families on /metrics at `url`, parsed strictly (a violation of the format fails the test). */
+async function scrape(url: string): Promise<Map<string, MetricFamily>> {
+  const res = await http<string>('GET', `${url}/metrics`);
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+  return parsePrometheusText(res.body);
 }
+
+/** Labels as the text writes them ('' for none), e.g. '{a="1",b="2"}'. */
+const labelText = (labels: Readonly<Record<string, string>>): string => {
+  const entries = Object.entries(labels);
+  return entries.length === 0 ? '' : `{${entries.map(([k, v]) => `${k}="${v}"`).join(',')}}`;
+};
+
+/** Every sample of `name` on the process at `url`: labels text -> value. */
+async function samples(url: string, name: string): Promise<Map<string, number>> {
+  return new Map(samplesNamed(await scrape(url), name).map((s) => [labelText(s.labels), s.value]));
+}
+
+/** The issue's series (observability) on a data node, by type. */
+const NODE_FAMILIES: Record<string, MetricType> = {
+  shardex_http_requests_total: 'counter',
+  shardex_http_request_duration_seconds: 'histogram',
+  shardex_updates_forwarded_total: 'counter',
+  shardex_distributor_queued: 'gauge',
+  shardex_distributor_in_flight: 'gauge',
+  shardex_distributor_requests_total: 'counter',
+  shardex_replicas_marked_down_total: 'counter',
+  shardex_leader_elections_total: 'counter',
+  shardex_replica_leader: 'gauge',
+  shardex_recoveries_total: 'counter',
+  shardex_replica_recovering: 'gauge',
+  shardex_commit_points_total: 'counter',
+  shardex_read_queue_length: 'gauge',
+  shardex_read_slots_taken: 'gauge',
+  shardex_read_rejected_total: 'counter',
+  shardex_update_log_entries: 'gauge',
+  shardex_replica_docs: 'gauge',
+  shardex_replica_max_version: 'gauge',
+  shardex_index_segments_written_total: 'counter',
+  shardex_index_opens_total: 'counter',
+  shardex_coordination_connected: 'gauge',
+  shardex_process_cpu_user_seconds_total: 'counter',
+};
+
+/** The issue's series on a snapshot reader: its cache, copies, BUSY answers, and its HTTP routes. */
+const READER_FAMILIES: Record<string, MetricType> = {
+  shardex_http_requests_total: 'counter',
+  shardex_http_request_duration_seconds: 'histogram',
+  shardex_reader_cache_hits_total: 'counter',
+  shardex_reader_cache_misses_total: 'counter',
+  shardex_reader_copies_total: 'counter',
+  shardex_reader_evictions_total: 'counter',
+  shardex_reader_busy_total: 'counter',
+  shardex_reader_scans_total: 'counter',
+  shardex_reader_refreshes_total: 'counter',
+  shardex_reader_cached_shards: 'gauge',
+};
+
+const typesOf = (families: ReadonlyMap<string, MetricFamily>, names: readonly string[]): Record<string, MetricType | undefined> =>
+  Object.fromEntries(names.map((n) => [n, families.get(n)?.type]));
+
+describe('/metrics text', () => {
+  it("parses as Prometheus exposition text on every node and reader, with the issue's series of the right types", async () => {
+    // Scraped until an earlier scrape is counted, so that the HTTP histogram has a series to check.
+    const observed = (url: string): Promise<Map<string, MetricFamily>> =>
+      pollUntil(`a counted request on ${url}`, async () => {
+        const families = await scrape(url);
+        return samplesNamed(families, 'shardex_http_request_duration_seconds_count').some((s) => s.labels.route === '/metrics') ? families : undefined;
+      }, { ms: 10_000, everyMs: 50 });
+    for (const url of tc.urls) expect(typesOf(await observed(url), Object.keys(NODE_FAMILIES)), url).toEqual(NODE_FAMILIES);
+    expect(typesOf(await observed(tc.cluster.readers[0]!.httpUrl), Object.keys(READER_FAMILIES))).toEqual(READER_FAMILIES);
+  });
+});
 
 const sum = (m: Map<string, number>): number => [...m.values()].reduce((a, b) => a + b, 0);
 
