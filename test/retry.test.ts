@@ -2,7 +2,8 @@
 // pauses (with jitter), how many retries, and the deadline that bounds them all. Fake timers:
 // every pause and every deadline is on the fake clock, so nothing here depends on speed.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { Deadline, linearBackoff, nextPause, retry, withJitter, type RetryPolicy } from '../src/distrib/retry.js';
+import { DEFAULT_HOST_UNAVAILABLE_CODES, classifyFailure } from '../src/client/index.js';
+import { Deadline, HOST_UNAVAILABLE_CODES, isHostUnavailable, isTransient, linearBackoff, nextPause, retry, withJitter, type RetryPolicy } from '../src/distrib/retry.js';
 import { ShardexError } from '../src/errors.js';
 
 const unavailable = (): ShardexError => new ShardexError('SHX_UNAVAILABLE', 'node n2 is unavailable');
@@ -117,5 +118,31 @@ describe('withJitter and Deadline', () => {
     vi.advanceTimersByTime(20);
     expect(b.passed).toBe(true);
     expect(b.remainingMs()).toBe(0);
+  });
+});
+
+describe('one failure classification for the node and the client', () => {
+  const coded = (code: string | number, message = 'failed'): Error => Object.assign(new Error(message), { code });
+  const wrapped = (cause: Error): Error => new Error('fetch failed', { cause });
+
+  it('counts as transient every code on the client\'s host-unavailable list, through the cause chain', () => {
+    expect(DEFAULT_HOST_UNAVAILABLE_CODES).toBe(HOST_UNAVAILABLE_CODES);
+    for (const code of ['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_SOCKET', 'ERR_SSL_WRONG_VERSION_NUMBER', 'ERR_TLS_CERT_ALTNAME_INVALID']) {
+      expect(isTransient(wrapped(coded(code))), code).toBe(true);
+      expect(classifyFailure(wrapped(coded(code)), DEFAULT_HOST_UNAVAILABLE_CODES).hostUnavailable, code).toBe(true);
+    }
+    expect(isTransient(coded(14, 'UNAVAILABLE: no connection'))).toBe(true);
+  });
+
+  it('reads a message as its code, which counts only when that code is listed', () => {
+    expect(isHostUnavailable(new Error('socket hang up'))).toBe(true);
+    expect(isHostUnavailable(new Error('socket hang up'), ['EPIPE'])).toBe(false);
+    expect(isHostUnavailable(wrapped(new Error('other side closed')), ['UND_ERR_SOCKET'])).toBe(true);
+  });
+
+  it('never counts a refused request or an unknown code', () => {
+    expect(isTransient(refused())).toBe(false);
+    expect(isTransient(coded('EACCES'))).toBe(false);
+    expect(isHostUnavailable(coded('ERR_INVALID_ARG_TYPE'))).toBe(false);
   });
 });

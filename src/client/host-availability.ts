@@ -14,37 +14,14 @@
 //   is read when the client next sends something.
 import type { Logger } from 'pino';
 import { ShardexError, isShardexError } from '../errors.js';
-import { causeChain, isTransient } from '../distrib/retry.js';
+import { HOST_UNAVAILABLE_CODES, causeChain, codeMatches, errorCodes, isTransient } from '../distrib/retry.js';
 import type { HostSuspendedEvent, HostsRestoredEvent, Scheduler } from './types.js';
 
 export const DEFAULT_SUSPEND_TIME_MS = 10 * 60_000;
 export const DEFAULT_MIN_HOSTS = 1;
 
-/**
- * DMSDK's SocketException, SSLException and UnknownHostException, as Node and undici name them.
- * An entry ending in `*` matches every code with that prefix.
- */
-export const DEFAULT_HOST_UNAVAILABLE_CODES: readonly string[] = [
-  'ECONNREFUSED',
-  'ECONNRESET', // also Node's "socket hang up"
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'UND_ERR_SOCKET', // undici's socket hang-up: "other side closed"
-  'UND_ERR_CONNECT_TIMEOUT',
-  'ERR_SSL_*', // TLS handshake failures (OpenSSL: wrong version number, handshake failure, ...)
-  'ERR_TLS_*',
-];
-
-/** Errors that carry no code, and the code their message stands for. */
-const MESSAGE_CODES: ReadonlyArray<readonly [RegExp, string]> = [
-  [/socket hang up/i, 'ECONNRESET'],
-  [/other side closed/i, 'UND_ERR_SOCKET'],
-  [/before secure TLS connection was established/i, 'ECONNRESET'],
-];
+/** The host-unavailable list by default: the house's one list (distrib/retry.ts). */
+export const DEFAULT_HOST_UNAVAILABLE_CODES: readonly string[] = HOST_UNAVAILABLE_CODES;
 
 /** Failures before any byte of the request left: an update that failed so was not applied. */
 const BEFORE_SENDING = ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'ERR_SSL_*', 'ERR_TLS_*'];
@@ -52,21 +29,6 @@ const TLS_HANDSHAKE_MESSAGE = /before secure TLS connection was established/i;
 
 /** 503 answers that say nothing was done (the node's definite refusals). */
 const DEFINITE_503 = new Set(['SHX_NO_LEADER', 'SHX_NOT_LEADER', 'SHX_STARTING']);
-
-export function codeMatches(code: string, codes: readonly string[]): boolean {
-  return codes.some((c) => (c.endsWith('*') ? code.startsWith(c.slice(0, -1)) : c === code));
-}
-
-/** The codes an error stands for, through its whole cause chain (cycle-safe). */
-function errorCodes(err: unknown): string[] {
-  const out: string[] = [];
-  for (const e of causeChain(err)) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && code !== '') out.push(code);
-    else if (e instanceof Error) for (const [re, c] of MESSAGE_CODES) if (re.test(e.message)) out.push(c);
-  }
-  return out;
-}
 
 /** The transport's error for an HTTP answer (any status), if the failure is one. */
 function answerOf(err: unknown): ShardexError | undefined {

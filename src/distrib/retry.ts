@@ -15,17 +15,33 @@ export const NOT_SENT: Readonly<Record<string, unknown>> = Object.freeze({ sent:
 /** True when `err` says its request was never sent. */
 export const wasNotSent = (err: unknown): boolean => isShardexError(err) && err.details?.sent === false;
 
-/** Socket-level error codes that mean "the host did not answer", not "the request was bad". */
+/**
+ * The one host-unavailable list of the house (the node's retries and the smart client's host
+ * failover): socket-level codes that mean "the host did not answer", not "the request was bad" --
+ * DMSDK's SocketException, SSLException and UnknownHostException as Node and undici name them.
+ * An entry ending in `*` matches every code with that prefix.
+ */
 export const HOST_UNAVAILABLE_CODES: readonly string[] = [
   'ECONNREFUSED',
-  'ECONNRESET',
+  'ECONNRESET', // also Node's "socket hang up"
+  'ECONNABORTED',
+  'EPIPE',
   'ETIMEDOUT',
   'EHOSTUNREACH',
   'ENETUNREACH',
-  'EPIPE',
-  'ECONNABORTED',
-  'UND_ERR_SOCKET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'UND_ERR_SOCKET', // undici's socket hang-up: "other side closed"
   'UND_ERR_CONNECT_TIMEOUT',
+  'ERR_SSL_*', // TLS handshake failures (OpenSSL: wrong version number, handshake failure, ...)
+  'ERR_TLS_*',
+];
+
+/** Errors that carry no code, and the code their message stands for. */
+const MESSAGE_CODES: ReadonlyArray<readonly [RegExp, string]> = [
+  [/socket hang up/i, 'ECONNRESET'],
+  [/other side closed/i, 'UND_ERR_SOCKET'],
+  [/before secure TLS connection was established/i, 'ECONNRESET'],
 ];
 
 const GRPC_UNAVAILABLE = 14;
@@ -42,15 +58,29 @@ export function* causeChain(err: unknown): Generator<unknown> {
   }
 }
 
-/** True when the error (or one of its causes) says the host could not be reached. */
-export function isHostUnavailable(err: unknown, codes: readonly string[] = HOST_UNAVAILABLE_CODES): boolean {
+/** True when `code` is on the list (an entry ending in `*` is a prefix). */
+export function codeMatches(code: string, codes: readonly string[]): boolean {
+  return codes.some((c) => (c.endsWith('*') ? code.startsWith(c.slice(0, -1)) : c === code));
+}
+
+/** The socket codes an error stands for, through its whole cause chain (a known message stands for its code). */
+export function errorCodes(err: unknown): string[] {
+  const out: string[] = [];
   for (const e of causeChain(err)) {
     const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && codes.includes(code)) return true;
-    if (code === GRPC_UNAVAILABLE) return true;
-    if (e instanceof Error && /socket hang up/i.test(e.message)) return true;
+    if (typeof code === 'string' && code !== '') out.push(code);
+    else if (e instanceof Error) for (const [re, c] of MESSAGE_CODES) if (re.test(e.message)) out.push(c);
   }
-  return false;
+  return out;
+}
+
+/**
+ * True when the error (or one of its causes) says the host could not be reached: a code on the
+ * list (a message counts only when the code it stands for is listed), or gRPC's UNAVAILABLE.
+ */
+export function isHostUnavailable(err: unknown, codes: readonly string[] = HOST_UNAVAILABLE_CODES): boolean {
+  for (const e of causeChain(err)) if ((e as { code?: unknown }).code === GRPC_UNAVAILABLE) return true;
+  return errorCodes(err).some((c) => codeMatches(c, codes));
 }
 
 /**
