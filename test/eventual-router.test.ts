@@ -129,11 +129,14 @@ describe('failed answers', () => {
     expect(s.calls).toHaveLength(1);
   });
 
-  it('ends with SHX_TIMEOUT when the deadline passes during the back-off', async () => {
+  it('ends with SHX_TIMEOUT as soon as the next back-off would end past the deadline', async () => {
     const s = setup(() => new ShardexError('SHX_UNAVAILABLE', 'down'));
     const err = await s.read({ timeoutMs: 1000 }).catch((e) => e);
     expect(err.code).toBe('SHX_TIMEOUT');
-    expect(s.time.t).toBe(1000);
+    // Pauses of 100, 200 and 400 ms after the first three errors; the fourth (800 ms) would end
+    // past the deadline, so the read ends at 700 ms with the last reader's failure as its cause.
+    expect(s.time.t).toBe(700);
+    expect(err.cause?.code).toBe('SHX_UNAVAILABLE');
     expect(s.leaderCalls()).toBe(0);
   });
 });

@@ -512,8 +512,18 @@ describe('delay after errors', () => {
       { reader: 'w:1', result: 'busy' },
     ];
     const pick = new ReaderSelector().select({ readers: THOUSAND, collection: 'c', shard: 'shard1', attempts });
-    expect(pick.delayMs).toBe(200);
+    // Two errors: at most 200 ms, jittered down by up to 20%.
+    expect(pick.delayMs).toBeGreaterThanOrEqual(160);
+    expect(pick.delayMs).toBeLessThanOrEqual(200);
     expect(pick.attempt).toBe(4);
+  });
+
+  it('jitters the wait after errors with its random (clients that failed together spread out)', () => {
+    const attempts: Attempt[] = [{ reader: 'x:1', result: 'error' }, { reader: 'z:1', result: 'error' }, { reader: 'y:1', result: 'error' }];
+    const delayWith = (r: number): number => new ReaderSelector(undefined, { random: () => r }).select({ readers: THOUSAND, collection: 'c', shard: 'shard1', attempts }).delayMs;
+    expect(delayWith(0)).toBe(400);
+    expect(delayWith(0.5)).toBe(360);
+    expect(delayWith(0.999)).toBe(320);
   });
 });
 

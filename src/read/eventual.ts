@@ -9,6 +9,7 @@
 import { ShardexError } from '../errors.js';
 import type { NodeInfo } from '../coordination/index.js';
 import type { Deadline } from '../distrib/deadline.js';
+import { decideRetry } from '../distrib/retry.js';
 import { readDeadline } from './read-deadline.js';
 import type { Attempt, ReaderSelector } from './selector.js';
 import type { EventualOptions, ReaderAnswer } from './snapshot-reader.js';
@@ -92,6 +93,7 @@ export class EventualRouter {
       return { value: r.value, busyTimeoutMs: 0, servedBy: { node: r.node, attempts: attempts.length + 1, busy: count('busy'), errors: count('error'), fallback: true, reason } };
     };
     let emptySince: number | undefined;
+    let lastFailure: unknown;
     for (;;) {
       deadline.check(doing());
       const readers = this.o.readers().map((n) => ({ address: n.name, ...(n.group !== undefined && { group: n.group }) }));
@@ -113,7 +115,13 @@ export class EventualRouter {
         continue;
       }
       emptySince = undefined;
-      if (sel.delayMs > 0) await deadline.pause(sel.delayMs, doing());
+      if (sel.delayMs > 0) {
+        // The selector's back-off after failed readers, under the house's one retry decision:
+        // a pause that would end past the read's deadline ends the read now, not at the deadline.
+        const next = decideRetry({ maxRetries: Infinity, backoff: () => sel.delayMs, retryable: () => true }, lastFailure, attempts.length, deadline);
+        if (!next.retry) throw deadline.timeout(doing(), lastFailure);
+        await deadline.pause(next.pauseMs, doing());
+      }
       const eventual: EventualOptions = { busyTimeoutMs: deadline.cap(sel.busyTimeoutMs), ...(req.minVersion !== undefined && { minVersion: req.minVersion }) };
       try {
         const ans = await deadline.within(this.o.call<T>(sel.reader, body, eventual), doing());
@@ -129,6 +137,7 @@ export class EventualRouter {
         if (failure === 'behind') return fallback((err as Error).message);
         if (failure === 'request') throw err;
         attempts.push({ reader: sel.reader, result: failure });
+        lastFailure = err;
       }
     }
   }

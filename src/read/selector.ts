@@ -6,7 +6,7 @@
 // memo of candidate sets, cleared whenever the reader set changes, so every answer is the one
 // the stateless algorithm would give.
 
-import { exponentialBackoff } from '../distrib/retry.js';
+import { exponentialBackoff, withJitter, type BackoffPolicy } from '../distrib/retry.js';
 import { murmur3 } from '../hashrange/murmur3.js';
 import { DEFAULT_GROUP, DEFAULT_PROFILES, loadProfiles, type Profile, type ServerCount } from './profiles.js';
 export { DEFAULT_GROUP, DEFAULT_PROFILES, loadProfiles, type AttemptPlan, type AttemptPlanConfig, type Profile, type ProfileConfig, type ServerCount } from './profiles.js';
@@ -90,7 +90,11 @@ export interface ReaderSelectorOptions {
 // Accumulo's computeDelay is the house's doubling back-off: 100 ms, doubling, at most 30 s.
 const ERROR_BACKOFF = exponentialBackoff(100, 30_000);
 
-/** The wait before the next try after `errors` ERROR attempts: min(30 s, 100 ms · 2^(e-1)). */
+/**
+ * The longest wait before the next try after `errors` ERROR attempts: min(30 s, 100 ms · 2^(e-1)).
+ * The selector jitters it (up to 20% shorter, with its injected random), as every retry pause
+ * of the house is, so that clients that failed together do not come back together.
+ */
 export function errorDelayMs(errors: number): number {
   return errors <= 0 ? 0 : ERROR_BACKOFF(errors);
 }
@@ -171,6 +175,7 @@ export class ReaderSelector {
   readonly defaultProfile: Profile;
   private readonly byScanType: ReadonlyMap<string, Profile>;
   private readonly random: () => number;
+  private readonly errorBackoff: BackoffPolicy;
   private readonly adaptive: boolean;
   private readonly cacheLimit: number;
   private groups: ReadonlyMap<string, readonly string[]> = new Map();
@@ -190,6 +195,7 @@ export class ReaderSelector {
     for (const profile of this.profiles) for (const type of profile.scanTypes) byScanType.set(type, profile);
     this.byScanType = byScanType;
     this.random = options.random ?? Math.random;
+    this.errorBackoff = withJitter(ERROR_BACKOFF, 0.2, this.random);
     this.adaptive = options.adaptive ?? false;
     this.cacheLimit = options.cacheLimit ?? 1_000_000;
   }
@@ -236,7 +242,7 @@ export class ReaderSelector {
     return {
       reader: this.pick(choices, input.stats),
       busyTimeoutMs: busyTimeoutMs(profile, attempt),
-      delayMs: errorDelayMs(errors),
+      delayMs: errors <= 0 ? 0 : this.errorBackoff(errors),
       candidates,
       choices,
       profile: profile.name,
