@@ -140,7 +140,30 @@ describe('search and commit', () => {
     const doc = await client.get('docs', 'a', { consistency: 'eventual', priority: 'report', timeoutMs: 5000 });
     expect(doc?.id).toBe('a');
     const get = net.calls.find((c) => c.method === 'GET' && c.path.includes('/docs/a'))!;
-    expect(Object.fromEntries(new URL(get.path, 'http://x').searchParams)).toEqual({ consistency: 'eventual', priority: 'report' });
+    const getParams = Object.fromEntries(new URL(get.path, 'http://x').searchParams);
+    expect(getParams).toMatchObject({ consistency: 'eventual', priority: 'report' });
+    // The node's balancer and readers are bounded by what is left of the client's deadline.
+    for (const t of [search.get('timeoutMs'), getParams.timeoutMs]) {
+      expect(Number(t)).toBeGreaterThan(0);
+      expect(Number(t)).toBeLessThanOrEqual(5000);
+    }
+  });
+
+  it('tells the node how long each read attempt may take: immediate gets, searches and export pages', async () => {
+    const net = new FakeNet();
+    const client = clientOn(net, { requestTimeoutMs: 20_000 });
+    await client.add('docs', [{ id: 'a' }]);
+    await client.get('docs', 'a', { timeoutMs: 3000 });
+    await client.search('docs', '*');
+    await client.queryBatcher('docs', '*').awaitCompletion();
+    const reads = net.calls.filter((c) => c.method === 'GET' && /\/(docs\/a|search|export)\?/.test(c.path));
+    expect(reads.some((c) => c.path.includes('/export?'))).toBe(true);
+    for (const r of reads) {
+      const t = Number(new URL(r.path, 'http://x').searchParams.get('timeoutMs'));
+      expect(t, r.path).toBeGreaterThan(0);
+      // The get's own deadline (3 s), else the per-request timeout.
+      expect(t, r.path).toBeLessThanOrEqual(r.path.includes('/docs/a') ? 3000 : 20_000);
+    }
   });
 
   it('commits through a node', async () => {

@@ -9,7 +9,7 @@ import { Agent } from 'node:https';
 import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { checkId, toAddOps } from '../distrib/documents.js';
-import { Deadline } from '../distrib/deadline.js';
+import { Deadline, MAX_REQUEST_TIMEOUT_MS } from '../distrib/deadline.js';
 import { exponentialBackoff, withJitter, type BackoffPolicy } from '../distrib/retry.js';
 import { groupByShard } from '../distrib/update-processor.js';
 import { ShardexError, isShardexError } from '../errors.js';
@@ -336,12 +336,13 @@ export class ShardexClient {
   }
 
   /**
-   * How long one attempt of an update may take: the per-request timeout, or what is left of the
+   * How long one attempt of a request may take: the per-request timeout, or what is left of the
    * operation's deadline if that is less. The node is told (`timeoutMs`), so that its forwards to
-   * the leader and their retries end when the client stops waiting for this attempt.
+   * the leader and their retries, and a read's waits for slots and readers, end when the client
+   * stops waiting for this attempt.
    */
   private attemptMs(deadline: Deadline | undefined): number {
-    return Math.max(1, Math.floor(Math.min(this.requestTimeoutMs, deadline?.remainingMs() ?? Infinity)));
+    return Math.max(1, Math.floor(Math.min(this.requestTimeoutMs, MAX_REQUEST_TIMEOUT_MS, deadline?.remainingMs() ?? Infinity)));
   }
 
   private updateQuery(minRf: number | undefined, attemptMs: number): string {
@@ -401,6 +402,7 @@ export class ShardexClient {
       ...(o.onParked && { onParked: o.onParked }),
       deadline: o.deadline,
       send: async (host) => {
+        params.set('timeoutMs', String(this.attemptMs(o.deadline)));
         const { body } = await httpCall<ExportPage>(this.fetchFn, {
           method: 'GET',
           host: host!,
@@ -520,7 +522,7 @@ export class ShardexClient {
           route: { to: 'leader', collection, shard, spread: this.nextSpread() },
           deadline,
           send: async (host) =>
-            (await httpCall<StoredDoc>(this.fetchFn, { method: 'GET', host: host!, path: `/api/collections/${enc(collection)}/docs/${enc(id)}${readQuery(opts)}`, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) }))
+            (await httpCall<StoredDoc>(this.fetchFn, { method: 'GET', host: host!, path: `/api/collections/${enc(collection)}/docs/${enc(id)}?${readParams(opts, this.attemptMs(deadline))}`, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) }))
               .body,
         });
       } catch (err) {
@@ -612,11 +614,17 @@ export class ShardexClient {
     if (opts.offset !== undefined) params.set('offset', String(opts.offset));
     if (opts.limit !== undefined) params.set('limit', String(opts.limit));
     if (opts.fields !== undefined) params.set('fields', opts.fields.join(','));
-    return this.viaAnyNode<SearchResult>(opts, `searching ${collection}`, collection, 'GET', `/api/collections/${enc(collection)}/search?${params}`);
+    return this.viaAnyNode<SearchResult>(opts, `searching ${collection}`, collection, 'GET', (attemptMs) => {
+      params.set('timeoutMs', String(attemptMs));
+      return `/api/collections/${enc(collection)}/search?${params}`;
+    });
   }
 
-  /** One request that any live node can serve (it forwards or fans out as needed), with failover. */
-  private viaAnyNode<T>(opts: RequestOptions, what: string, collection: string, method: 'GET' | 'POST', path: string): Promise<T> {
+  /**
+   * One request that any live node can serve (it forwards or fans out as needed), with failover;
+   * `path` is made for each attempt with the time that attempt may take.
+   */
+  private viaAnyNode<T>(opts: RequestOptions, what: string, collection: string, method: 'GET' | 'POST', path: (attemptMs: number) => string): Promise<T> {
     return this.withDeadline(opts, what, async (deadline) => {
       await this.collectionState(collection);
       const signal = deadline.abortSignal();
@@ -624,14 +632,14 @@ export class ShardexClient {
         preferred: () => undefined,
         spread: this.nextSpread(),
         deadline,
-        send: async (host) => (await httpCall<T>(this.fetchFn, { method, host, path, timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) })).body,
+        send: async (host) => (await httpCall<T>(this.fetchFn, { method, host, path: path(this.attemptMs(deadline)), timeoutMs: this.requestTimeoutMs, ...(signal && { signal }) })).body,
       });
     });
   }
 
   /** Records a commit point on every shard leader. */
   commit(collection: string, opts: RequestOptions = {}): Promise<Record<string, unknown>> {
-    return this.viaAnyNode<{ commit: Record<string, unknown> }>(opts, `committing ${collection}`, collection, 'POST', `/api/collections/${enc(collection)}/commit`).then(
+    return this.viaAnyNode<{ commit: Record<string, unknown> }>(opts, `committing ${collection}`, collection, 'POST', () => `/api/collections/${enc(collection)}/commit`).then(
       (r) => r.commit,
     );
   }
@@ -677,18 +685,15 @@ export class ShardexClient {
   }
 }
 
-function readParams(opts: ReadOptions): URLSearchParams {
+/** A read's query parameters; with `attemptMs`, the time its attempt may take (`timeoutMs`). */
+function readParams(opts: ReadOptions, attemptMs?: number): URLSearchParams {
   const p = new URLSearchParams();
   if (opts.consistency !== undefined) p.set('consistency', opts.consistency);
   if (opts.scanType !== undefined) p.set('scanType', opts.scanType);
   if (opts.minVersion !== undefined) p.set('minVersion', String(opts.minVersion));
   if (opts.priority !== undefined) p.set('priority', opts.priority);
+  if (attemptMs !== undefined) p.set('timeoutMs', String(attemptMs));
   return p;
-}
-
-function readQuery(opts: ReadOptions): string {
-  const p = readParams(opts).toString();
-  return p ? `?${p}` : '';
 }
 
 type ShardWrite = { added: number; rf: number; versions: Record<string, number>; minRfMet: boolean };

@@ -8,6 +8,9 @@
 // clamped to the time left, and a call is raced against the deadline only while it is in flight.
 import { ShardexError } from '../errors.js';
 
+/** The longest `timeoutMs` a request may carry to a node, read or update (10 minutes). */
+export const MAX_REQUEST_TIMEOUT_MS = 600_000;
+
 /** The clock a deadline runs on (injected by tests). */
 export interface Clock {
   now(): number;

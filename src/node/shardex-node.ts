@@ -15,7 +15,8 @@ import { distributedSearch, servePhase, type SearchParams, type SearchResponse, 
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
 import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
 import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
-import { nodeRetryBackoff, sleep, type BackoffPolicy, type Deadline } from '../distrib/retry.js';
+import { Deadline, nodeRetryBackoff, retry, type BackoffPolicy } from '../distrib/retry.js';
+import { MAX_REQUEST_TIMEOUT_MS } from '../distrib/deadline.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
 import { READ_BALANCE_CONFIG, PriorityName, eraseSettings, parseStoredSettings, storedSettings, upsertSetting } from '../read/balance-settings.js';
@@ -91,7 +92,6 @@ export function schemaFingerprint(state: CollectionState): string {
 
 export const DEFAULT_READ_QUEUE_SIZE = 100;
 export const DEFAULT_READ_TIMEOUT_MS = 30_000;
-export const MAX_READ_TIMEOUT_MS = 600_000;
 
 /** Checks the node's read-balance options; messages name the flag. */
 export function checkReadBalanceOptions(o: ReadBalanceOptions = {}): void {
@@ -101,8 +101,8 @@ export function checkReadBalanceOptions(o: ReadBalanceOptions = {}): void {
   if (o.queueSize !== undefined && (!Number.isInteger(o.queueSize) || o.queueSize < 0 || o.queueSize > 1_000_000)) {
     throw new ShardexError('SHX_BAD_CONFIG', `readBalance.queueSize (--read-queue-size) must be an integer from 0 to 1000000, got ${o.queueSize}`);
   }
-  if (o.timeoutMs !== undefined && (!Number.isInteger(o.timeoutMs) || o.timeoutMs < 1 || o.timeoutMs > MAX_READ_TIMEOUT_MS)) {
-    throw new ShardexError('SHX_BAD_CONFIG', `readBalance.timeoutMs must be an integer from 1 to ${MAX_READ_TIMEOUT_MS}, got ${o.timeoutMs}`);
+  if (o.timeoutMs !== undefined && (!Number.isInteger(o.timeoutMs) || o.timeoutMs < 1 || o.timeoutMs > MAX_REQUEST_TIMEOUT_MS)) {
+    throw new ShardexError('SHX_BAD_CONFIG', `readBalance.timeoutMs must be an integer from 1 to ${MAX_REQUEST_TIMEOUT_MS}, got ${o.timeoutMs}`);
   }
 }
 
@@ -198,6 +198,9 @@ export class ShardexNode {
   private unsubscribe: (() => void) | undefined;
   private syncing: Promise<void> = Promise.resolve();
   private stopped = false;
+  /** Ends at stop: cuts short the pauses of recovery and catch-up. */
+  private readonly lifetimeAbort = new AbortController();
+  private readonly lifetime = new Deadline({ signal: this.lifetimeAbort.signal, what: 'the node' });
   /** Set once the node has read the cluster state and opened its replicas: until then it answers SHX_STARTING. */
   private started = false;
   private readonly m: NodeMetrics;
@@ -601,46 +604,54 @@ export class ShardexNode {
   /**
    * Recovery (Solr's RecoveryStrategy): publish `recovering`, wait until the leader sees us
    * recovering (so that it sends us every later update, which we apply as it comes), sync
-   * from it, then publish `active` with the leader's term.
+   * from it, then publish `active` with the leader's term. Every failure is tried again, as
+   * Solr's recovery does, for as long as the replica is this node's follower and the node runs.
    */
   async recover(replica: ShardReplica): Promise<void> {
     if (replica.recovering || this.stopped) return;
     replica.recovering = true;
     const { collection, shard } = replica;
+    const current = (): boolean => !this.stopped && this.replicas.get(replica.key) === replica && replica.role === 'follower';
     try {
-      for (let attempt = 1; !this.stopped && this.replicas.get(replica.key) === replica; attempt++) {
-        const leader = this.coordinator.leader(collection, shard);
-        if (replica.role !== 'follower') return;
-        // No leader, or still ourselves while we resign (a deposed leader recovers from the next one).
-        if (!leader || leader.node === this.name) {
-          const other = (): boolean => {
-            const l = this.coordinator.leader(collection, shard);
-            return l !== undefined && l.node !== this.name;
-          };
-          await this.waitFor(() => this.stopped || replica.role !== 'follower' || other(), 60_000).catch(() => undefined);
-          continue;
-        }
-        try {
+      await retry(
+        async () => {
+          const leader = await this.otherLeader(replica, current);
+          if (leader === undefined) return;
           replica.step({ type: 'recoveryStarted' });
           await this.coordinator.setReplicaState(collection, shard, this.name, 'recovering');
-          const source = this.syncSource(leader.node, collection, shard);
+          const source = this.syncSource(leader, collection, shard);
           const info = await source.info();
-          if (info.replicaState === 'down') throw new ShardexError('SHX_RECOVERING', `leader ${leader.node} does not see ${this.name} recovering yet`);
+          if (info.replicaState === 'down') throw new ShardexError('SHX_RECOVERING', `leader ${leader} does not see ${this.name} recovering yet`);
           const report = await syncFrom(replica, source, info);
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
           this.m.recoveries.inc({ method: report.method });
           replica.step({ type: 'recoveryFinished' });
-          this.log.info({ replica: replica.key, leader: leader.node, ...report }, 'replica recovered');
-          return;
-        } catch (err) {
-          this.log.warn({ replica: replica.key, attempt, err: (err as Error).message }, 'recovery attempt failed; retrying');
-          await sleep(RECOVERY_BACKOFF(attempt));
-        }
-      }
+          this.log.info({ replica: replica.key, leader, ...report }, 'replica recovered');
+        },
+        { maxRetries: Infinity, backoff: RECOVERY_BACKOFF, retryable: current },
+        { deadline: this.lifetime, onRetry: (err, attempt) => this.log.warn({ replica: replica.key, attempt, err: (err as Error).message }, 'recovery attempt failed; retrying') },
+      );
+    } catch (err) {
+      // Ends here only when the replica is no longer ours to recover (stopped, removed, leading).
+      this.log.debug({ replica: replica.key, err: (err as Error).message }, 'recovery given up');
     } finally {
       replica.recovering = false;
     }
+  }
+
+  /**
+   * The shard's leader when it is another node (not ourselves while we resign: a deposed leader
+   * recovers from the next one), waiting for one while there is none; undefined once `current`
+   * no longer holds.
+   */
+  private async otherLeader(replica: ShardReplica, current: () => boolean): Promise<string | undefined> {
+    const other = (): string | undefined => {
+      const l = this.coordinator.leader(replica.collection, replica.shard);
+      return l !== undefined && l.node !== this.name ? l.node : undefined;
+    };
+    await this.waitFor(() => !current() || other() !== undefined, 60_000);
+    return current() ? other() : undefined;
   }
 
   /**
@@ -653,30 +664,30 @@ export class ShardexNode {
     if (replica.catchingUp || this.stopped) return;
     replica.catchingUp = true;
     const { collection, shard } = replica;
+    // A newer leadership than this one has its own catch-up; a recovery syncs by itself.
+    const relevant = (): boolean =>
+      !this.stopped && this.replicas.get(replica.key) === replica && replica.fence === epoch && replica.role === 'follower' && !replica.recovering;
     try {
-      for (let attempt = 1; attempt <= 100 && !this.stopped && this.replicas.get(replica.key) === replica; attempt++) {
-        // A newer leadership than this one has its own catch-up; a recovery syncs by itself.
-        if (replica.fence !== epoch || replica.role !== 'follower' || replica.recovering) return;
-        const leader = this.coordinator.leader(collection, shard);
-        if (leader && leader.node !== this.name && leader.epoch === epoch) {
-          try {
-            const source = this.syncSource(leader.node, collection, shard);
-            const info = await source.info();
-            if (info.leading && info.epoch === epoch) {
-              if (!canPeerSync(replica.store.maxVersion, await syncStartOf(replica.store), info)) {
-                void this.recover(replica);
-                return;
-              }
-              const report = await syncFrom(replica, source, info);
-              if (report.applied > 0 || report.reverted > 0) this.log.info({ replica: replica.key, leader: leader.node, epoch, ...report }, 'replica caught up with a new leader');
-              return;
-            }
-          } catch (err) {
-            this.log.debug({ replica: replica.key, err: (err as Error).message }, 'catch-up with the new leader failed; retrying');
+      await retry(
+        async () => {
+          if (!relevant()) return;
+          const leader = this.coordinator.leader(collection, shard);
+          if (!leader || leader.node === this.name || leader.epoch !== epoch) throw new ShardexError('SHX_NO_LEADER', `the leader of epoch ${epoch} of ${replica.key} is not announced yet`);
+          const source = this.syncSource(leader.node, collection, shard);
+          const info = await source.info();
+          if (!info.leading || info.epoch !== epoch) throw new ShardexError('SHX_NOT_LEADER', `${leader.node} does not lead epoch ${epoch} of ${replica.key} yet`);
+          if (!canPeerSync(replica.store.maxVersion, await syncStartOf(replica.store), info)) {
+            void this.recover(replica);
+            return;
           }
-        }
-        await sleep(CATCH_UP_BACKOFF(attempt));
-      }
+          const report = await syncFrom(replica, source, info);
+          if (report.applied > 0 || report.reverted > 0) this.log.info({ replica: replica.key, leader: leader.node, epoch, ...report }, 'replica caught up with a new leader');
+        },
+        { maxRetries: CATCH_UP_RETRIES, backoff: CATCH_UP_BACKOFF, retryable: relevant },
+        { deadline: this.lifetime, onRetry: (err) => this.log.debug({ replica: replica.key, err: (err as Error).message }, 'catch-up with the new leader failed; retrying') },
+      );
+    } catch (err) {
+      if (relevant()) this.log.warn({ replica: replica.key, epoch, err: (err as Error).message }, 'could not catch up with the new leader');
     } finally {
       replica.catchingUp = false;
     }
@@ -1048,6 +1059,7 @@ export class ShardexNode {
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
+    this.lifetimeAbort.abort(new ShardexError('SHX_UNAVAILABLE', `node ${this.name} is stopping`));
     this.unsubscribe?.();
     this.unwatchReaders?.();
     this.readBalance.stop();
@@ -1153,3 +1165,5 @@ function balanceInfo(permit: ReadPermit): ReadBalanceInfo | undefined {
 /** Pauses between recovery attempts, and between tries to catch up with a new leader (the shared linear backoff, with jitter). */
 const RECOVERY_BACKOFF = nodeRetryBackoff(100, 2000);
 const CATCH_UP_BACKOFF = nodeRetryBackoff(50, 1000);
+/** Tries after the first to catch up with a new leader (about 90 s of pauses). */
+const CATCH_UP_RETRIES = 99;

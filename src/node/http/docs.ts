@@ -2,11 +2,11 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { checkId, toAddOps } from '../../distrib/documents.js';
 import { ShardexError } from '../../errors.js';
-import { Deadline } from '../../distrib/deadline.js';
+import { Deadline, MAX_REQUEST_TIMEOUT_MS } from '../../distrib/deadline.js';
 import { isBalanceName } from '../../read/balance-settings.js';
 import { parseMinVersion } from '../../read/eventual.js';
 import type { CancelSignal } from '../../read/balancer-runtime.js';
-import { MAX_READ_TIMEOUT_MS, type BalancedRead, type ReadOptions } from '../shardex-node.js';
+import { type BalancedRead, type ReadOptions } from '../shardex-node.js';
 import { NdjsonBatch } from './app.js';
 import { checkCollectionName } from './collections.js';
 import { checkBatchLimits, checkQueryLimits } from './limits.js';
@@ -58,7 +58,7 @@ function setBalanceOptions(q: BalanceQuery, into: Writable<BalancedRead>): void 
     }
     into.priority = priority;
   }
-  if (q.timeoutMs !== undefined) into.timeoutMs = parseTimeoutMs(q.timeoutMs, MAX_READ_TIMEOUT_MS);
+  if (q.timeoutMs !== undefined) into.timeoutMs = parseTimeoutMs(q.timeoutMs, MAX_REQUEST_TIMEOUT_MS);
 }
 
 /** A `timeoutMs` parameter: whole milliseconds from 1 to `max`; `more` ends the refusal's message. */
@@ -181,8 +181,6 @@ export const docRoutes: FastifyPluginAsync = async (app) => {
  * their retries, end by then; the leader's fan-out to its replicas does not (see update-processor).
  */
 function updateDeadline(v: unknown): Deadline | undefined {
-  return v === undefined ? undefined : Deadline.after(parseTimeoutMs(v, MAX_UPDATE_TIMEOUT_MS, '; nothing was done'), { what: 'the update' });
+  return v === undefined ? undefined : Deadline.after(parseTimeoutMs(v, MAX_REQUEST_TIMEOUT_MS, '; nothing was done'), { what: 'the update' });
 }
 
-/** The longest update deadline a request may ask for: 10 minutes. */
-const MAX_UPDATE_TIMEOUT_MS = 600_000;
