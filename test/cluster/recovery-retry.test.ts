@@ -1,0 +1,70 @@
+// Recovery runs on the one retry executor (issue 14, item 10): a failed attempt is tried again
+// after a pause, the replica ends active once its leader answers, and a node that stops ends its
+// recoveries instead of trying on. The follower's calls to its leader are failed in the test
+// (connection refused) by wrapping its peer clients.
+import { afterEach, describe, expect, it } from 'vitest';
+import type { ShardexNode } from '../../src/node/shardex-node.js';
+import { startCluster, type TestCluster } from '../support/cluster.js';
+import { pollUntil } from '../support/poll.js';
+
+const C = 'rec';
+let tc: TestCluster | undefined;
+
+afterEach(async () => {
+  await tc?.stop();
+  tc = undefined;
+});
+
+interface PeerCalls {
+  call(node: string, method: string, body: unknown, timeoutMs?: number): Promise<unknown>;
+}
+
+/** Fails the follower's `versions` calls (recovery's first step) while `failing()` holds; counts them. */
+function failVersions(node: ShardexNode, failing: () => boolean): { tries: () => number } {
+  const peers = (node as unknown as { peers: PeerCalls }).peers;
+  const real = peers.call.bind(peers);
+  let tries = 0;
+  peers.call = (target, method, body, timeoutMs) => {
+    if (method !== 'versions' || !failing()) return real(target, method, body, timeoutMs);
+    tries++;
+    return Promise.reject(Object.assign(new Error(`connect ECONNREFUSED (test: ${target} refused)`), { code: 'ECONNREFUSED' }));
+  };
+  return { tries: () => tries };
+}
+
+async function twoNodes(): Promise<{ follower: ShardexNode }> {
+  tc = await startCluster({ nodes: 2, collection: { name: C, numShards: 1, replicationFactor: 2, router: 'compositeId' } });
+  await tc.cluster.waitAllActive(30_000);
+  const follower = tc.cluster.nodes.find((n) => n.replica(C, 'shard1')?.role === 'follower');
+  if (!follower) throw new Error('no follower of rec/shard1');
+  return { follower };
+}
+
+describe('recovery', () => {
+  it('tries a failed attempt again after a pause, and ends active once the leader answers', async () => {
+    const { follower } = await twoNodes();
+    let failing = true;
+    const calls = failVersions(follower, () => failing);
+    const replica = follower.replica(C, 'shard1')!;
+    const recovering = follower.recover(replica);
+    await pollUntil('three failed recovery attempts', () => (calls.tries() >= 3 ? true : undefined), { ms: 20_000, everyMs: 20 });
+    expect(replica.recovering).toBe(true);
+    failing = false;
+    await recovering;
+    expect(replica.recovering).toBe(false);
+    const state = follower.coordinator.collection(C)!.shards[0]!.replicas.find((r) => r.node === follower.name);
+    expect(state?.state).toBe('active');
+  });
+
+  it('ends when its node stops, without trying again', async () => {
+    const { follower } = await twoNodes();
+    const calls = failVersions(follower, () => true);
+    const recovering = follower.recover(follower.replica(C, 'shard1')!);
+    await pollUntil('two failed recovery attempts', () => (calls.tries() >= 2 ? true : undefined), { ms: 20_000, everyMs: 20 });
+    await follower.stop();
+    const after = calls.tries();
+    // The recovery's promise settles (it does not reject) once the stop has ended its pause.
+    await expect(recovering).resolves.toBeUndefined();
+    expect(calls.tries()).toBe(after);
+  });
+});
