@@ -131,8 +131,8 @@ export class DevCluster {
     return this.opening;
   }
 
-  /** Starts a node named `node<i+1>` (also used to restart a stopped one). */
-  async startNode(i: number): Promise<ShardexNode> {
+  /** Starts a node named `node<i+1>` (also used to restart a stopped one), with `options` over the cluster's node options. */
+  async startNode(i: number, options: Partial<ShardexNodeOptions> = {}): Promise<ShardexNode> {
     const member = devMember('node', i, this.o);
     const server = await this.open();
     const coordinator = new ClusterCoordinator({ store: server.connect({ chroot: DEV_CHROOT }), logger: this.o.logger.child({ node: member.name }) });
@@ -143,6 +143,7 @@ export class DevCluster {
       ...nodeOptionsOf(this.o.node ?? {}),
       ...this.o.nodeOptions,
       ...(this.access.http && { http: this.access.http }),
+      ...options,
     });
     await node.start();
     this.nodes[i] = node;
