@@ -3,6 +3,7 @@
 // with the secret are served.
 import { afterEach, describe, expect, it } from 'vitest';
 import { PeerClients, PeerServer, type PeerHandlers } from '../src/transport/index.js';
+import { keyDigest, readAccessOf } from '../src/node/http/auth.js';
 import { silentLogger } from '../src/logger.js';
 import { recordingHandlers } from './support/peer-handlers.js';
 import type { StoredEntry } from '../src/ulog/index.js';
@@ -86,6 +87,56 @@ describe('cluster secret', () => {
   it('refuses a call without the secret before its request is checked', async () => {
     const c = client(await serve(SECRET, []));
     expect(await thrown(c.call('n1', 'get', { not: 'a get request' }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+  });
+
+  describe('reads from smart clients (read access by API key)', () => {
+    const KEY = 'reader-key-0123456789abcdef';
+    const WRITE_ONLY = 'writer-key-0123456789abcdef';
+    const access = readAccessOf([
+      { name: 'reads', sha256: keyDigest(KEY).toString('hex'), roles: ['read'] },
+      { name: 'writes', sha256: keyDigest(WRITE_ONLY).toString('hex'), roles: ['write'] },
+    ]);
+    async function serveWithAccess(calls: string[], readAccess = access): Promise<string> {
+      const server = new PeerServer(handlers(calls), log, { secret: SECRET, readAccess });
+      servers.push(server);
+      return `127.0.0.1:${await server.listen('127.0.0.1', 0)}`;
+    }
+    function keyed(address: string, key: string | undefined): PeerClients {
+      const c = new PeerClients({ resolve: () => address, logger: log, callTimeoutMs: 5000, ...(key !== undefined && { authorization: `Bearer ${key}` }) });
+      clients.push(c);
+      return c;
+    }
+
+    it('serves get and search to a key with the read role, and nothing else without the secret', async () => {
+      const calls: string[] = [];
+      const c = keyed(await serveWithAccess(calls), KEY);
+      expect(await c.call('n1', 'get', { collection: 'c', shard: 'shard1', ids: ['a'] })).toEqual([]);
+      expect(await c.call('n1', 'search', search)).toEqual({});
+      expect(await thrown(c.call('n1', 'versions', { collection: 'c', shard: 'shard1' }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      expect(await thrown(c.call('n1', 'commit', { collection: 'c', shard: 'shard1' }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      expect(await thrown(collect(c))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      expect((await thrown(c.send('n1', [update]))).message).toContain('cluster secret');
+      expect(calls).toEqual(['get', 'search']);
+    });
+
+    it('refuses a read without a key (401) or with a key without the read role (403)', async () => {
+      const calls: string[] = [];
+      const address = await serveWithAccess(calls);
+      expect(await thrown(keyed(address, undefined).call('n1', 'get', { collection: 'c', shard: 'shard1', ids: ['a'] }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      expect(await thrown(keyed(address, 'not-a-key-0123456789abcdef').call('n1', 'search', search))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      const forbidden = await thrown(keyed(address, WRITE_ONLY).call('n1', 'get', { collection: 'c', shard: 'shard1', ids: ['a'] }));
+      expect(forbidden).toMatchObject({ code: 'SHX_FORBIDDEN' });
+      expect(forbidden.message).toContain('read role');
+      expect(calls).toEqual([]);
+    });
+
+    it('serves reads to anyone where the process has no API keys (its HTTP API is open too)', async () => {
+      const calls: string[] = [];
+      const c = keyed(await serveWithAccess(calls, readAccessOf(undefined)), undefined);
+      expect(await c.call('n1', 'get', { collection: 'c', shard: 'shard1', ids: ['a'] })).toEqual([]);
+      expect(await thrown(c.call('n1', 'versions', { collection: 'c', shard: 'shard1' }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      expect(calls).toEqual(['get']);
+    });
   });
 
   it('checks nothing when the server has no secret', async () => {

@@ -122,6 +122,7 @@ export class ShardexClient {
   private readonly executor: RequestExecutor;
   private readonly backoff: BackoffPolicy;
   private readonly requestTimeoutMs: number;
+  private readonly apiKey: string | undefined;
   private readonly concurrency: number;
   private readonly refreshIntervalMs: number;
   readonly minHosts: number;
@@ -147,6 +148,7 @@ export class ShardexClient {
     this.agent = this.tls && !given ? new Agent({ keepAlive: true, ...this.tls }) : undefined;
     const fetchFn = given ?? (this.agent ? agentFetch(this.agent) : (url, init) => fetch(url, init));
     const apiKey = apiKeyOption(opts.apiKey);
+    this.apiKey = apiKey;
     this.fetchFn = apiKey === undefined ? fetchFn : withApiKey(fetchFn, apiKey);
     this.log = opts.logger?.child({ component: 'client' });
     this.logger = this.log ?? silentLogger();
@@ -549,7 +551,13 @@ export class ShardexClient {
   private eventualPath(): ReadPath {
     if (!this.readPathCache) {
       const nodes = (): readonly NodeView[] => this.snapshot.nodes;
-      const peers = new PeerClients({ resolve: (name) => nodes().find((n) => n.name === name)?.grpc, logger: this.log ?? silentLogger(), ...(this.tls && { tls: this.tls }) });
+      // The client's key goes with its reads, as on HTTP: readers and leaders let in a key with the read role.
+      const peers = new PeerClients({
+        resolve: (name) => nodes().find((n) => n.name === name)?.grpc,
+        logger: this.log ?? silentLogger(),
+        ...(this.apiKey !== undefined && { authorization: `Bearer ${this.apiKey}` }),
+        ...(this.tls && { tls: this.tls }),
+      });
       const router = new EventualRouter({
         selector: new ReaderSelector(this.selectorProfiles),
         readers: () => nodes().filter((n) => n.role === 'reader').map((n) => ({ name: n.name, http: n.http, grpc: n.grpc, role: 'reader' as const, ...(n.group !== undefined && { group: n.group }) })),

@@ -30,6 +30,7 @@ import { Mutex } from '../distrib/mutex.js';
 import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type StoreWrite, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer, portError, type TlsMaterial } from '../transport/index.js';
 import { buildHttp, type HttpOptions } from './http/app.js';
+import { readAccessOf } from './http/auth.js';
 import { nodeMetrics, type NodeMetrics } from './metrics.js';
 
 export interface ShardexNodeOptions {
@@ -297,7 +298,7 @@ export class ShardexNode {
         copyShard: (req) => this.onPeerCopy(req),
       },
       this.log,
-      { ...(opts.clusterSecret !== undefined && { secret: opts.clusterSecret }), ...(opts.tls && { tls: opts.tls }) },
+      { ...(opts.clusterSecret !== undefined && { secret: opts.clusterSecret }), readAccess: readAccessOf(opts.http?.apiKeys), ...(opts.tls && { tls: opts.tls }) },
     );
   }
 

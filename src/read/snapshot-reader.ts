@@ -30,7 +30,7 @@ import { ShardexError } from '../errors.js';
 import { PeerClients, PeerServer, type TlsMaterial } from '../transport/index.js';
 import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 import { ReplicaStore } from '../ulog/index.js';
-import type { ApiKey } from '../node/http/auth.js';
+import { readAccessOf, type ApiKey } from '../node/http/auth.js';
 import { startReaderHttp } from './reader-http.js';
 import { ScanPool } from './scan-pool.js';
 
@@ -182,7 +182,7 @@ export class SnapshotReader {
         },
       },
       this.log,
-      trust,
+      { ...trust, readAccess: readAccessOf(opts.apiKeys) },
     );
   }
 

@@ -3,9 +3,13 @@
 // request is checked against its RPC's schema (schemas.ts) before a handler sees it.
 // ShardexError crosses the wire as a gRPC status plus the `shx-code` metadata entry, and is
 // rebuilt on the other side; a broken channel becomes a transient SHX_UNAVAILABLE. With a cluster
-// secret, every call carries it (`shx-secret` metadata) and the server refuses every call without
-// it, reads included (UNAUTHENTICATED, SHX_UNAUTHORIZED), in one server interceptor that runs on
-// the call's metadata before any handler or schema sees the call.
+// secret, every call between nodes and readers carries it (`shx-secret` metadata) and the server
+// refuses every call without it (UNAUTHENTICATED, SHX_UNAUTHORIZED), in one server interceptor
+// that runs on the call's metadata before any handler or schema sees the call. The one exception
+// is a read (get, search) that a smart client sends a reader or a leader itself: clients hold an
+// API key, not the cluster secret, so a read without the secret is served when the process's
+// read access lets its `authorization` metadata in (a key with the `read` role, as on HTTP; open
+// where the process has no API keys, as its HTTP API is).
 // TLS (tls.ts): a server with a certificate serves TLS only; with a CA it also requires, and
 // verifies against the CA, a client certificate on every connection (mutual TLS), so that only
 // holders of a certificate from that CA reach any RPC, reads included. Clients verify the server
@@ -85,28 +89,43 @@ const CHANNEL_OPTIONS: grpc.ChannelOptions = {
 };
 
 const SECRET_KEY = 'shx-secret';
+const AUTHORIZATION_KEY = 'authorization';
+/** The RPCs a smart client calls itself (eventual and leader reads). */
+const CLIENT_READS = new Set(['/shardex.Shardex/Get', '/shardex.Shardex/Search']);
+
+/** Who may read without the cluster secret: undefined to serve a call with this `authorization`, or the refusal. */
+export type ReadAccess = (authorization: string | undefined) => ShardexError | undefined;
 
 /** A gRPC call to a peer that names no timeout ends after this long. */
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
 /**
  * The server interceptor that refuses every call not carrying `secret` before any handler runs,
- * whatever the call's kind (unary, server stream, bidirectional stream). The secrets are compared
- * in constant time (of their SHA-256 digests).
+ * whatever the call's kind (unary, server stream, bidirectional stream), but for the reads that
+ * `readAccess` lets in. The secrets are compared in constant time (of their SHA-256 digests).
  */
-function secretInterceptor(secret: string): grpc.ServerInterceptor {
+function secretInterceptor(secret: string, readAccess: ReadAccess | undefined): grpc.ServerInterceptor {
   const want = createHash('sha256').update(secret).digest();
   const carries = (metadata: grpc.Metadata): boolean => {
     const got = metadata.get(SECRET_KEY)[0];
     return typeof got === 'string' && timingSafeEqual(createHash('sha256').update(got).digest(), want);
   };
-  return (_method, call) =>
+  const refusal = (path: string, metadata: grpc.Metadata): ShardexError | undefined => {
+    if (carries(metadata)) return undefined;
+    if (readAccess !== undefined && CLIENT_READS.has(path)) {
+      const auth = metadata.get(AUTHORIZATION_KEY)[0];
+      return readAccess(typeof auth === 'string' ? auth : undefined);
+    }
+    return new ShardexError('SHX_UNAUTHORIZED', 'this call does not carry the cluster secret: give every node and reader the same --cluster-secret-file');
+  };
+  return (method, call) =>
     new grpc.ServerInterceptingCall(call, {
       start: (next) =>
         next({
           onReceiveMetadata: (metadata, accept) => {
-            if (carries(metadata)) return accept(metadata);
-            call.sendStatus(toServiceError(new ShardexError('SHX_UNAUTHORIZED', 'this call does not carry the cluster secret: give every node and reader the same --cluster-secret-file')));
+            const problem = refusal(method.path, metadata);
+            if (problem === undefined) return accept(metadata);
+            call.sendStatus(toServiceError(problem));
           },
         }),
     });
@@ -118,6 +137,7 @@ const fromJson = <T>(b: Buffer | undefined): T => (b && b.length > 0 ? (JSON.par
 function statusOf(err: ShardexError): grpc.status {
   if (err.code === 'SHX_BUSY') return grpc.status.RESOURCE_EXHAUSTED;
   if (err.code === 'SHX_UNAUTHORIZED') return grpc.status.UNAUTHENTICATED;
+  if (err.code === 'SHX_FORBIDDEN') return grpc.status.PERMISSION_DENIED;
   if (err.status === 404) return grpc.status.NOT_FOUND;
   if (err.status >= 400 && err.status < 500) return grpc.status.INVALID_ARGUMENT;
   if (err.retryable) return grpc.status.UNAVAILABLE;
@@ -203,6 +223,8 @@ function asPartOf<T>(requestId: unknown, log: Logger, rpc: string, work: () => T
 export interface PeerServerOptions {
   /** The cluster secret every call must carry; none: calls are not checked. */
   readonly secret?: string;
+  /** With a secret: who may call get and search without it (smart clients); absent: nobody. */
+  readonly readAccess?: ReadAccess;
   /** Serve TLS with this certificate; with its `ca`, require client certificates issued by it (mutual TLS). */
   readonly tls?: TlsMaterial;
 }
@@ -223,7 +245,7 @@ export class PeerServer {
   private port = 0;
 
   constructor(handlers: PeerHandlers, log: Logger, opts: PeerServerOptions = {}) {
-    this.server = new grpc.Server({ ...CHANNEL_OPTIONS, ...(opts.secret !== undefined && { interceptors: [secretInterceptor(opts.secret)] }) });
+    this.server = new grpc.Server({ ...CHANNEL_OPTIONS, ...(opts.secret !== undefined && { interceptors: [secretInterceptor(opts.secret, opts.readAccess)] }) });
     this.credentials = serverCredentials(opts.tls);
     const unary =
       <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>) =>
@@ -332,6 +354,8 @@ export interface PeerClientsOptions {
   readonly callTimeoutMs?: number;
   /** The cluster secret, sent with every call. */
   readonly secret?: string;
+  /** An `Authorization` value (`Bearer KEY`) sent with every call: a smart client's reads. */
+  readonly authorization?: string;
   /** Connect with TLS: verify servers against `ca` (absent: the system's CAs), present `cert` when given. */
   readonly tls?: ClientTlsMaterial;
 }
@@ -352,6 +376,7 @@ export class PeerClients implements UpdateTransport {
   private metadata(requestId?: string): grpc.Metadata {
     const m = new grpc.Metadata();
     if (this.o.secret !== undefined) m.set(SECRET_KEY, this.o.secret);
+    if (this.o.authorization !== undefined) m.set(AUTHORIZATION_KEY, this.o.authorization);
     if (requestId !== undefined) m.set(REQUEST_ID_HEADER, requestId);
     return m;
   }

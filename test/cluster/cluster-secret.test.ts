@@ -1,13 +1,16 @@
 // Inter-node trust (issue 13) against real processes: every node and the snapshot reader of a
-// cluster share a secret; a process holding another secret reaches their gRPC ports and is refused
-// on every call a peer makes (forward, replicate, commit, snapshot copy, recovery's versions and
-// log, get, search) and changes nothing, while a process with the secret is served.
+// cluster share a secret, and require API keys; a process holding another secret reaches their
+// gRPC ports and is refused on every call a peer makes (forward, replicate, commit, snapshot copy,
+// recovery's versions and log, get, search) and changes nothing, while a process with the secret
+// is served. A smart client holds an API key, not the secret: its reads (get, search) are served
+// to a key with the read role, and nothing else is.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShardexError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
+import { ShardexClient } from '../../src/client/index.js';
 import { PeerClients, type ShardUpdate } from '../../src/transport/index.js';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
-import { storedState } from '../support/guarded-node.js';
+import { KEYS, bearer, keyEntries, storedState } from '../support/guarded-node.js';
 
 const C = 'trusted';
 const SECRET = 'the-cluster-secret-0123456789abcdef';
@@ -16,10 +19,16 @@ const WRONG = 'not-the-cluster-secret-0123456789';
 let tc: TestCluster;
 const clients: PeerClients[] = [];
 
-/** A gRPC client of every member of the cluster, sending `secret`. */
-function peers(secret: string): PeerClients {
+/** A gRPC client of every member of the cluster, sending `secret` and, when given, an API key. */
+function peers(secret: string | undefined, key?: string): PeerClients {
   const members = [...tc.cluster.nodes.map((n) => ({ name: n.name, grpc: n.grpcAddress })), ...tc.cluster.readers.map((r) => ({ name: r.name, grpc: r.grpcAddress }))];
-  const c = new PeerClients({ resolve: (name) => members.find((m) => m.name === name)?.grpc, logger: silentLogger(), callTimeoutMs: 5000, secret });
+  const c = new PeerClients({
+    resolve: (name) => members.find((m) => m.name === name)?.grpc,
+    logger: silentLogger(),
+    callTimeoutMs: 5000,
+    ...(secret !== undefined && { secret }),
+    ...(key !== undefined && { authorization: `Bearer ${key}` }),
+  });
   clients.push(c);
   return c;
 }
@@ -51,14 +60,14 @@ beforeAll(async () => {
   tc = await startCluster({
     nodes: 2,
     readers: 1,
-    nodeOptions: { clusterSecret: SECRET },
+    nodeOptions: { clusterSecret: SECRET, http: { apiKeys: keyEntries() } },
     readerOptions: { clusterSecret: SECRET },
     collection: { name: C, numShards: 1, replicationFactor: 2, router: 'compositeId', autoCommitMs: 0 },
   });
-  const w = await http('POST', `${tc.urls[0]}/api/collections/${C}/docs`, [{ id: 'kept', title: 'written by the cluster' }]);
+  const w = await http('POST', `${tc.urls[0]}/api/collections/${C}/docs`, [{ id: 'kept', title: 'written by the cluster' }], bearer(KEYS.all));
   expect(w.status, JSON.stringify(w.body)).toBe(200);
   expect(w.body.rf).toBe(2);
-  expect((await http('POST', `${tc.urls[0]}/api/collections/${C}/commit`)).status).toBe(200);
+  expect((await http('POST', `${tc.urls[0]}/api/collections/${C}/commit`, undefined, bearer(KEYS.all))).status).toBe(200);
 });
 
 afterAll(async () => {
@@ -92,7 +101,7 @@ describe('a process with the wrong cluster secret', () => {
 
     expect(await storedState(tc.cluster.nodes)).toEqual(before);
     expect(tc.cluster.nodes.map((n) => n.replica(C, 'shard1')!.store.lastCommit)).toEqual(commitsBefore);
-    for (const url of tc.urls) expect((await http('GET', `${url}/api/collections/${C}/docs/planted?distrib=false`)).status).toBe(404);
+    for (const url of tc.urls) expect((await http('GET', `${url}/api/collections/${C}/docs/planted?distrib=false`, undefined, bearer(KEYS.reader))).status).toBe(404);
   });
 
   it('is refused by a snapshot reader on get and search', async () => {
@@ -116,5 +125,40 @@ describe('a process with the cluster secret', () => {
     const reader = tc.cluster.readers[0]!.name;
     const read = await member.call(reader, 'get', { collection: C, shard: 'shard1', ids: ['kept'], eventual: { busyTimeoutMs: 5000 } });
     expect(JSON.stringify(read)).toContain('kept');
+  });
+});
+
+describe('a smart client, with an API key and no secret', () => {
+  it('reads from the snapshot reader and the leaders with a key of the read role, and can do nothing else over gRPC', async () => {
+    const { leader } = roles();
+    const reader = tc.cluster.readers[0]!.name;
+    const keyed = peers(undefined, KEYS.reader);
+    expect(await keyed.call(leader, 'get', { collection: C, shard: 'shard1', ids: ['kept'] })).toEqual([expect.objectContaining({ id: 'kept' })]);
+    expect(JSON.stringify(await keyed.call(reader, 'get', { collection: C, shard: 'shard1', ids: ['kept'], eventual: { busyTimeoutMs: 5000 } }))).toContain('kept');
+    for (const call of [() => keyed.call(leader, 'versions', { collection: C, shard: 'shard1' }), () => keyed.call(leader, 'commit', { collection: C, shard: 'shard1' }), () => copied(keyed, leader)]) {
+      expect(await refusal(call())).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+    }
+    const writer = peers(undefined, KEYS.writer);
+    expect(await refusal(writer.call(reader, 'get', { collection: C, shard: 'shard1', ids: ['kept'], eventual: { busyTimeoutMs: 5000 } }))).toMatchObject({ code: 'SHX_FORBIDDEN' });
+  });
+
+  it('serves ShardexClient\'s eventual reads from the reader with its apiKey of the read role, and refuses them to another role', async () => {
+    const client = new ShardexClient({ urls: tc.urls, apiKey: KEYS.reader });
+    try {
+      const doc = await client.get(C, 'kept', { consistency: 'eventual', timeoutMs: 10_000 });
+      expect(doc).toMatchObject({ id: 'kept' });
+      const res = await client.search(C, 'title:cluster', { consistency: 'eventual', timeoutMs: 10_000 });
+      expect(res.hits.map((h) => h.id)).toEqual(['kept']);
+      expect(Object.values(res.servedBy ?? {}).every((b) => b.node === tc.cluster.readers[0]!.name && !b.fallback)).toBe(true);
+    } finally {
+      await client.close();
+    }
+    // A writer's key reads the cluster state (any key may), but the reader refuses it the read.
+    const writer = new ShardexClient({ urls: tc.urls, apiKey: KEYS.writer, maxRetries: 0 });
+    try {
+      await expect(writer.get(C, 'kept', { consistency: 'eventual', timeoutMs: 3000 })).rejects.toMatchObject({ code: 'SHX_FORBIDDEN' });
+    } finally {
+      await writer.close();
+    }
   });
 });

@@ -1,8 +1,7 @@
 // `npm start` is `shardex dev`: the local cluster with each node in its own worker thread around
 // one embedded coordinator. Started here as a child process, as a user starts it: it serves
 // writes, reads and eventual searches, stops on Ctrl-C (SIGINT), and keeps its data for the
-// next start. Its gRPC ports take calls (replication and reads) only with the run's own cluster
-// secret.
+// next start. Its gRPC ports take replication calls only with the run's own cluster secret.
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -60,18 +59,17 @@ describe('shardex dev (npm start)', () => {
     expect(text).toContain('curl -s');
   });
 
-  it("refuses replication calls and reads from a process without the run's cluster secret", async () => {
+  it("refuses replication calls from a process without the run's cluster secret, and serves reads", async () => {
     const nodes = (await http('GET', `http://127.0.0.1:${base}/api/cluster`)).body.nodes as Array<{ name: string; grpc: string; role: string }>;
     const node = nodes.find((n) => n.role === 'data')!;
     const peers = new PeerClients({ resolve: () => node.grpc, logger: silentLogger(), callTimeoutMs: 5000 });
     try {
-      const refusal = (p: Promise<unknown>): Promise<ShardexError | undefined> =>
-        p.then(
-          () => undefined,
-          (err: unknown) => err as ShardexError,
-        );
-      expect(await refusal(peers.call(node.name, 'versions', { collection: 'docs', shard: 'shard1' }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
-      expect(await refusal(peers.call(node.name, 'get', { collection: 'docs', shard: 'shard1', ids: ['nothing-here'] }))).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      const refused = await peers.call(node.name, 'versions', { collection: 'docs', shard: 'shard1' }).then(
+        () => undefined,
+        (err: unknown) => err as ShardexError,
+      );
+      expect(refused).toMatchObject({ code: 'SHX_UNAUTHORIZED' });
+      expect(await peers.call(node.name, 'get', { collection: 'docs', shard: 'shard1', ids: ['nothing-here'] })).toBeDefined();
     } finally {
       peers.close();
     }

@@ -154,6 +154,17 @@ export function authProblem(ring: ApiKeyRing, access: Access, authorization: str
 }
 
 /**
+ * Who may read over gRPC without the cluster secret (a smart client's get or search, sent to a
+ * reader or a leader): with API keys, the holder of a key with the `read` role, as on HTTP; without
+ * keys, anyone, as the HTTP API is open then.
+ */
+export function readAccessOf(apiKeys: readonly ApiKey[] | undefined): (authorization: string | undefined) => ShardexError | undefined {
+  if (apiKeys === undefined) return () => undefined;
+  const ring = new ApiKeyRing(apiKeys);
+  return (authorization) => authProblem(ring, 'read', authorization);
+}
+
+/**
  * The onRequest hook: 401 (with the Bearer challenge) without a valid key, 403 without the
  * route's role. A request for no route needs a valid key too, so that 404s tell an anonymous
  * caller nothing about which paths exist.
