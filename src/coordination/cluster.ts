@@ -68,6 +68,7 @@ export class ClusterCoordinator implements Coordinator {
   private readonly states = new Map<string, CollectionState>();
   private readonly leaders = new Map<string, LeaderInfo>();
   private readonly listeners = new Set<() => void>();
+  private readonly sessionListeners = new Set<(state: SessionState) => void>();
   private readonly elections = new Map<string, Election>();
   /**
    * Candidacies this session left whose delete got no answer: they may still sit in a queue,
@@ -96,7 +97,7 @@ export class ClusterCoordinator implements Coordinator {
   async start(self?: NodeInfo, beforeLive?: () => Promise<void>): Promise<void> {
     this.selfInfo = self;
     await Promise.all(['/live_nodes', '/collections', '/config'].map((p) => this.store.mkdirp(p)));
-    this.unsubscribeSession = this.store.onSessionState((s) => this.onSessionState(s));
+    this.unsubscribeSession = this.store.onSessionState((s) => this.sessionStateChanged(s));
     // Read the cluster first, so that the node can publish its replicas' state before anyone
     // sees it live.
     await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
@@ -120,9 +121,10 @@ export class ClusterCoordinator implements Coordinator {
     }
   }
 
-  private onSessionState(state: SessionState): void {
+  private sessionStateChanged(state: SessionState): void {
     if (this.closed) return;
     this.log.info({ state }, 'coordination session state');
+    for (const l of this.sessionListeners) l(state);
     if (state === 'disconnected') {
       if (this.connected) this.disconnectedAt = Date.now();
       this.connected = false;
@@ -218,6 +220,11 @@ export class ClusterCoordinator implements Coordinator {
   onChange(listener: () => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  onSessionState(listener: (state: SessionState) => void): () => void {
+    this.sessionListeners.add(listener);
+    return () => this.sessionListeners.delete(listener);
   }
 
   private notify(): void {

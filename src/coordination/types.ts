@@ -1,4 +1,5 @@
 import type { RouterName } from '../hashrange/index.js';
+import type { SessionState } from './store.js';
 
 export type NodeRole = 'data' | 'reader';
 
@@ -106,6 +107,8 @@ export interface Coordinator {
   canActAsLeader(): boolean;
   /** Called after any change of the cached cluster state. Returns an unsubscribe function. */
   onChange(listener: () => void): () => void;
+  /** Called on each change of the coordination session (connected, disconnected, expired). Returns an unsubscribe function. */
+  onSessionState(listener: (state: SessionState) => void): () => void;
   /** Shared small config documents (e.g. read_balance, selector profiles). */
   getConfig(name: string): Promise<unknown>;
   setConfig(name: string, value: unknown): Promise<void>;

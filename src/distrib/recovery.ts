@@ -107,7 +107,7 @@ export interface LogComparison {
  * applies only the peer's entries our log lacks. A replica that restarts with what its leader
  * has transfers a list of versions, not the documents of the reorder window.
  */
-export async function peerSync(replica: ShardReplica, source: SyncSource, from: number): Promise<LogComparison> {
+export async function peerSync(replica: ShardReplica, source: SyncSource, from: number, progress?: RecoveryProgress): Promise<LogComparison> {
   const theirs = await listAll(from, (after, limit) => source.logVersions(after, limit));
   const ours = await listAll(from, (after, limit) => replica.store.logVersionsAfter(after, limit));
   const have = new Set(ours);
@@ -115,7 +115,9 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
   let applied = 0;
   for (let i = 0; i < missing.length; i += ENTRIES_PAGE) {
     const page = await source.logEntries(missing.slice(i, i + ENTRIES_PAGE));
-    applied += (await replica.apply(page)).length;
+    const n = (await replica.apply(page)).length;
+    applied += n;
+    progress?.('applied', n);
   }
   return { theirs: new Set(theirs), ours, applied };
 }
@@ -145,19 +147,26 @@ export async function converge(replica: ShardReplica, source: SyncSource, info: 
   return reverted;
 }
 
+/** Told of each page a recovery stores: `copied` documents of a full copy, `applied` log entries of a peer sync. */
+export type RecoveryProgress = (step: 'copied' | 'applied', docs: number) => void;
+
 /** Brings `replica` to the peer's state (what was in the peer when this ran). */
-export async function syncFrom(replica: ShardReplica, source: SyncSource, info: PeerLogInfo): Promise<RecoveryReport> {
+export async function syncFrom(replica: ShardReplica, source: SyncSource, info: PeerLogInfo, progress?: RecoveryProgress): Promise<RecoveryReport> {
   const localMax = replica.store.maxVersion;
   const from = await syncStartOf(replica.store);
   if (canPeerSync(localMax, from, info)) {
-    const logs = await peerSync(replica, source, from);
+    const logs = await peerSync(replica, source, from, progress);
     const reverted = localMax === 0 ? 0 : await converge(replica, source, info, logs);
     return { method: 'peer-sync', applied: logs.applied, copied: 0, reverted };
   }
   await replica.reset();
   let copied = 0;
-  for await (const chunk of source.copy()) copied += (await replica.apply(chunk)).length;
+  for await (const chunk of source.copy()) {
+    const n = (await replica.apply(chunk)).length;
+    copied += n;
+    progress?.('copied', n);
+  }
   // Whatever landed at the peer while we copied is in its log after the copy's start.
-  const { applied } = await peerSync(replica, source, syncStart(Math.min(info.maxVersion, replica.store.maxVersion)));
+  const { applied } = await peerSync(replica, source, syncStart(Math.min(info.maxVersion, replica.store.maxVersion)), progress);
   return { method: 'full-copy', applied, copied, reverted: 0 };
 }

@@ -88,6 +88,9 @@ export class ShardReplica {
     return this.s.health;
   }
 
+  /** Told when the replica's role changes (the node counts leaderships lost). */
+  onRoleChange: ((from: Role, to: Role) => void) | undefined;
+
   /** Feeds one event to the shard's machine; returns the effects the caller must perform. */
   step(event: ShardEvent): readonly ShardEffect[] {
     const before = this.s;
@@ -96,6 +99,7 @@ export class ShardReplica {
     if (state.role !== before.role || state.health !== before.health) {
       this.log.info({ replica: this.key, role: state.role, epoch: state.epoch, fence: state.fence, health: state.health, event: event.type }, 'replica state changed');
     }
+    if (state.role !== before.role) this.onRoleChange?.(before.role, state.role);
     return effects;
   }
 

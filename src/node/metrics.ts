@@ -1,7 +1,8 @@
 // A data node's own Prometheus series (beside prom-client's process defaults): the update path
-// (forwards by phase, the distributor's queue, in-flight requests, retries and final failures per
-// destination, replicas marked down), leadership, recovery, commit points, the persisted index
-// and the update log per replica, and the coordination session. Gauges are read when scraped.
+// (updates received and forwarded by phase, the distributor's queue, in-flight requests, retries
+// and final failures per destination, replicas marked down), leadership won and lost, recovery
+// runs and progress, commit points, the persisted index and the update log per replica, and the
+// coordination session. Gauges are read when scraped.
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Coordinator } from '../coordination/index.js';
 import type { CommandDistributor } from '../distrib/distributor.js';
@@ -15,11 +16,14 @@ export interface NodeMetricsSource {
 }
 
 export interface NodeMetrics {
+  readonly received: Counter<'phase'>;
   readonly forwarded: Counter<'phase'>;
   readonly recoveries: Counter<'method'>;
   readonly distributorOutcomes: Counter<'dest' | 'outcome'>;
   readonly markedDown: Counter<'replica'>;
   readonly elections: Counter<'replica'>;
+  readonly leadershipsLost: Counter<'replica'>;
+  readonly recoveryDocs: Counter<'replica' | 'step'>;
   readonly commits: Counter<'replica'>;
   readonly segmentsWritten: Counter<'replica'>;
   readonly indexOpens: Counter<'method'>;
@@ -68,7 +72,20 @@ export function nodeMetrics(registry: Registry, source: NodeMetricsSource): Node
       this.set(source.coordinator.canActAsLeader() ? 1 : 0);
     },
   });
+  const sessionEvents = new Counter({
+    name: 'shardex_coordination_session_events_total',
+    help: 'Changes of the coordination (ZooKeeper) session, by the state entered: connected, disconnected, expired',
+    labelNames: ['state'],
+    registers,
+  });
+  source.coordinator.onSessionState((state) => sessionEvents.inc({ state }));
   return {
+    received: new Counter({
+      name: 'shardex_updates_received_total',
+      help: 'Update ops this node received, by phase (NONE from clients, TOLEADER forwarded to it as a leader, FROMLEADER from its leaders)',
+      labelNames: ['phase'],
+      registers,
+    }),
     forwarded: new Counter({ name: 'shardex_updates_forwarded_total', help: 'Update ops this node sent on to another node, by phase', labelNames: ['phase'], registers }),
     recoveries: new Counter({ name: 'shardex_recoveries_total', help: 'Replica recoveries completed on this node, by method (peer-sync or full-copy)', labelNames: ['method'], registers }),
     distributorOutcomes: new Counter({
@@ -79,6 +96,13 @@ export function nodeMetrics(registry: Registry, source: NodeMetricsSource): Node
     }),
     markedDown: new Counter({ name: 'shardex_replicas_marked_down_total', help: 'Replicas this node, as leader, marked down because they missed an update', labelNames: ['replica'], registers }),
     elections: new Counter({ name: 'shardex_leader_elections_total', help: 'Times this node was elected leader of a replica', labelNames: ['replica'], registers }),
+    leadershipsLost: new Counter({ name: 'shardex_leaderships_lost_total', help: 'Times this node stopped leading a replica (deposed, resigned, or its session lost)', labelNames: ['replica'], registers }),
+    recoveryDocs: new Counter({
+      name: 'shardex_recovery_docs_total',
+      help: "Documents recoveries stored on this node, by replica and step (copied: a full copy's documents; applied: log entries of a peer sync): a recovery's progress",
+      labelNames: ['replica', 'step'],
+      registers,
+    }),
     commits: new Counter({ name: 'shardex_commit_points_total', help: 'Commit points recorded (what eventual reads see)', labelNames: ['replica'], registers }),
     segmentsWritten: new Counter({ name: 'shardex_index_segments_written_total', help: 'Index segment files written', labelNames: ['replica'], registers }),
     indexOpens: new Counter({ name: 'shardex_index_opens_total', help: 'Replica indexes opened, by method (loaded from the segment, or rebuilt)', labelNames: ['method'], registers }),

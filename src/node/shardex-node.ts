@@ -13,7 +13,7 @@ import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { PersistedIndex, type CheckpointPolicy } from '../distrib/index-persistence.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
-import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../distrib/recovery.js';
+import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type RecoveryProgress, type SyncSource } from '../distrib/recovery.js';
 import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
 import { Deadline, nodeRetryBackoff, retry, type BackoffPolicy } from '../distrib/retry.js';
 import { MAX_REQUEST_TIMEOUT_MS } from '../distrib/deadline.js';
@@ -441,6 +441,9 @@ export class ShardexNode {
 
   private async attachReplica(key: string, collection: string, shard: string, store: ReplicaStore): Promise<ShardReplica> {
     const replica = new ShardReplica(collection, shard, store, this.log);
+    replica.onRoleChange = (from) => {
+      if (from === 'leader') this.m.leadershipsLost.inc({ replica: key });
+    };
     // The index: its segment on disk and the changes journaled after it, or rebuilt from the documents.
     const { index, report } = await PersistedIndex.open({
       dir: this.replicaDir(collection, shard),
@@ -623,7 +626,7 @@ export class ShardexNode {
           const source = this.syncSource(leader, collection, shard);
           const info = await source.info();
           if (info.replicaState === 'down') throw new ShardexError('SHX_RECOVERING', `leader ${leader} does not see ${this.name} recovering yet`);
-          const report = await syncFrom(replica, source, info);
+          const report = await syncFrom(replica, source, info, this.recoveryProgress(replica));
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
           this.m.recoveries.inc({ method: report.method });
@@ -639,6 +642,11 @@ export class ShardexNode {
     } finally {
       replica.recovering = false;
     }
+  }
+
+  /** Counts the documents a recovery or catch-up of `replica` stores, as it stores them. */
+  private recoveryProgress(replica: ShardReplica): RecoveryProgress {
+    return (step, docs) => this.m.recoveryDocs.inc({ replica: replica.key, step }, docs);
   }
 
   /**
@@ -681,7 +689,7 @@ export class ShardexNode {
             void this.recover(replica);
             return;
           }
-          const report = await syncFrom(replica, source, info);
+          const report = await syncFrom(replica, source, info, this.recoveryProgress(replica));
           if (report.applied > 0 || report.reverted > 0) this.log.info({ replica: replica.key, leader: leader.node, epoch, ...report }, 'replica caught up with a new leader');
         },
         { maxRetries: CATCH_UP_RETRIES, backoff: CATCH_UP_BACKOFF, retryable: relevant },
@@ -777,10 +785,12 @@ export class ShardexNode {
 
   /** An update from a client; `deadline` (its `timeoutMs`) bounds the forwards to the leaders. */
   update(collection: string, ops: readonly WireOp[], minRf?: number, deadline?: Deadline): Promise<UpdateResponse> {
+    this.m.received.inc({ phase: 'NONE' }, ops.length);
     return this.processor.update(collection, ops, minRf, deadline);
   }
 
   private onPeerUpdate(u: ShardUpdate): Promise<ShardUpdateResult> {
+    this.m.received.inc({ phase: u.phase }, u.ops.length);
     return u.phase === 'TOLEADER' ? this.processor.toLeader(u) : this.processor.fromLeader(u);
   }
 

@@ -42,14 +42,17 @@ async function samples(url: string, name: string): Promise<Map<string, number>> 
 const NODE_FAMILIES: Record<string, MetricType> = {
   shardex_http_requests_total: 'counter',
   shardex_http_request_duration_seconds: 'histogram',
+  shardex_updates_received_total: 'counter',
   shardex_updates_forwarded_total: 'counter',
   shardex_distributor_queued: 'gauge',
   shardex_distributor_in_flight: 'gauge',
   shardex_distributor_requests_total: 'counter',
   shardex_replicas_marked_down_total: 'counter',
   shardex_leader_elections_total: 'counter',
+  shardex_leaderships_lost_total: 'counter',
   shardex_replica_leader: 'gauge',
   shardex_recoveries_total: 'counter',
+  shardex_recovery_docs_total: 'counter',
   shardex_replica_recovering: 'gauge',
   shardex_commit_points_total: 'counter',
   shardex_read_queue_length: 'gauge',
@@ -61,6 +64,7 @@ const NODE_FAMILIES: Record<string, MetricType> = {
   shardex_index_segments_written_total: 'counter',
   shardex_index_opens_total: 'counter',
   shardex_coordination_connected: 'gauge',
+  shardex_coordination_session_events_total: 'counter',
   shardex_process_cpu_user_seconds_total: 'counter',
 };
 
@@ -106,6 +110,16 @@ describe('node metrics', () => {
     const leaders = await Promise.all(tc.urls.map(async (u) => (await samples(u, 'shardex_replica_leader')).get(`{${replica}}`)));
     expect([...leaders].sort()).toEqual([0, 1]);
     const leaderUrl = tc.urls[leaders.indexOf(1)]!;
+    const followerUrl = tc.urls[leaders.indexOf(0)]!;
+
+    // Updates by phase: 30 ops from the client (NONE) at the node posted to, forwarded to the
+    // leader (TOLEADER) unless that node leads, and sent on to the other replica (FROMLEADER).
+    const phase = async (url: string, p: string): Promise<number> => (await samples(url, 'shardex_updates_received_total')).get(`{phase="${p}"}`) ?? 0;
+    expect(await phase(tc.urls[1]!, 'NONE')).toBe(30);
+    expect(await phase(tc.urls[0]!, 'NONE')).toBe(0);
+    expect(await phase(leaderUrl, 'TOLEADER')).toBe(leaderUrl === tc.urls[1] ? 0 : 30);
+    expect(await phase(followerUrl, 'FROMLEADER')).toBe(30);
+    expect(await phase(leaderUrl, 'FROMLEADER')).toBe(0);
 
     expect((await samples(leaderUrl, 'shardex_leader_elections_total')).get(`{${replica}}`)).toBeGreaterThanOrEqual(1);
     expect((await samples(leaderUrl, 'shardex_commit_points_total')).get(`{${replica}}`)).toBeGreaterThanOrEqual(1);
@@ -177,5 +191,22 @@ describe('HTTP metrics', () => {
     const routes = new Set([...after.counts.keys()].map((k) => labelsOf(k).route));
     expect([...routes].filter((r) => r === undefined || r.includes(C) || r.includes('no-such') || r.includes('m1'))).toEqual([]);
     expect(routes).toContain('/metrics');
+  });
+});
+
+describe('coordination session and leadership metrics', () => {
+  it("count a leader's session expiry, its reconnect, and the leadership it lost", async () => {
+    const replica = `{replica="${C}/shard1"}`;
+    const leader = tc.cluster.nodes.find((n) => n.replica(C, 'shard1')?.role === 'leader')!;
+    const url = leader.httpUrl;
+    const events = async (state: string): Promise<number> => (await samples(url, 'shardex_coordination_session_events_total')).get(`{state="${state}"}`) ?? 0;
+    const lost = async (): Promise<number> => (await samples(url, 'shardex_leaderships_lost_total')).get(replica) ?? 0;
+    const before = { expired: await events('expired'), connected: await events('connected'), lost: await lost() };
+    // The embedded coordinator expires the session as ZooKeeper does when it misses heartbeats.
+    const sessionId = (leader.coordinator as unknown as { store: { sessionId: string } }).store.sessionId;
+    tc.cluster.server.expire(sessionId);
+    await pollUntil('the expiry, the new session and the lost leadership on /metrics', async () =>
+      (await events('expired')) === before.expired + 1 && (await events('connected')) > before.connected && (await lost()) === before.lost + 1 ? true : undefined,
+    { ms: 20_000 });
   });
 });

@@ -4,7 +4,8 @@
 // (connection refused) by wrapping its peer clients.
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ShardexNode } from '../../src/node/shardex-node.js';
-import { startCluster, type TestCluster } from '../support/cluster.js';
+import { http, startCluster, type TestCluster } from '../support/cluster.js';
+import { parsePrometheusText, samplesNamed } from '../support/prometheus-text.js';
 import { pollUntil } from '../support/poll.js';
 
 const C = 'rec';
@@ -41,11 +42,15 @@ async function twoNodes(): Promise<{ follower: ShardexNode }> {
 }
 
 describe('recovery', () => {
-  it('tries a failed attempt again after a pause, and ends active once the leader answers', async () => {
+  it('tries a failed attempt again after a pause, and ends active once the leader answers, with every document back', async () => {
     const { follower } = await twoNodes();
+    const docs = Array.from({ length: 5 }, (_, i) => ({ id: `r${i}` }));
+    expect((await http('POST', `${follower.httpUrl}/api/collections/${C}/docs`, docs)).body.rf).toBe(2);
     let failing = true;
     const calls = failVersions(follower, () => failing);
     const replica = follower.replica(C, 'shard1')!;
+    // Emptied, as a full copy would begin: the recovery must bring the documents back.
+    await replica.reset();
     const recovering = follower.recover(replica);
     await pollUntil('three failed recovery attempts', () => (calls.tries() >= 3 ? true : undefined), { ms: 20_000, everyMs: 20 });
     expect(replica.recovering).toBe(true);
@@ -54,6 +59,11 @@ describe('recovery', () => {
     expect(replica.recovering).toBe(false);
     const state = follower.coordinator.collection(C)!.shards[0]!.replicas.find((r) => r.node === follower.name);
     expect(state?.state).toBe('active');
+    expect(replica.store.docCount).toBe(5);
+    // Its progress is on /metrics: documents stored by recoveries, by step.
+    const text = (await http<string>('GET', `${follower.httpUrl}/metrics`)).body;
+    const stored = samplesNamed(parsePrometheusText(text), 'shardex_recovery_docs_total').filter((x) => x.labels.replica === `${C}/shard1`);
+    expect(stored.reduce((n, x) => n + x.value, 0)).toBeGreaterThanOrEqual(5);
   });
 
   it('ends when its node stops, without trying again', async () => {
