@@ -95,4 +95,23 @@ describe('request ids', () => {
     });
     expect(lines[0]).toMatchObject({ node: leader, msg: 'peer call' });
   });
+
+  it('follows an eventual search to the snapshot reader that serves it: the reader logs it', async () => {
+    const reader = await procs.startReader('r1');
+    await until('the reader to be listed', 20_000, async () => {
+      const view = (await http('GET', `${url(replica)}/api/cluster`)).body as { nodes: Array<{ name: string }> };
+      return view.nodes.some((n) => n.name === 'r1') ? true : undefined;
+    });
+    expect((await http('POST', `${url(leader)}/api/collections/${C}/commit`)).status).toBe(200);
+    const id = `eventual-${Date.now()}`;
+    const res = await http('GET', `${url(replica)}/api/collections/${C}/search?q=traced&consistency=eventual`, undefined, { 'x-request-id': id });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.headers.get('x-request-id')).toBe(id);
+    expect(Object.values(res.body.servedBy as Record<string, { node: string }>).map((b) => b.node)).toEqual(['r1']);
+    const lines = await until('the reader to log the search', 10_000, async () => {
+      const found = linesWith(reader.output, id).filter((l) => l.rpc === 'search');
+      return found.length > 0 ? found : undefined;
+    });
+    expect(lines[0]).toMatchObject({ msg: 'peer call' });
+  });
 });
