@@ -234,6 +234,13 @@ describe('precedence: flag > env > config file > default', () => {
     expect(c.zk).toBe('from-file');
   });
 
+  it("takes a node's limits from the environment, which a reader sharing it (compose's x-shardex block) ignores", async () => {
+    const env = { SHARDEX_MAX_BATCH_DOCS: '5000', SHARDEX_MAX_RESULT_WINDOW: '5000' };
+    expect(await resolveConfig('node', { flags: { zk: 'z' }, env })).toMatchObject({ maxBatchDocs: 5000, maxResultWindow: 5000 });
+    expect(await resolveConfig('reader', { flags: { zk: 'z' }, env })).not.toHaveProperty('maxBatchDocs');
+    expect((await refusal('node', { flags: { zk: 'z' }, env: { SHARDEX_MAX_BATCH_DOCS: '0' } })).message).toBe('SHARDEX_MAX_BATCH_DOCS must be an integer from 1 to 1000000, got 0');
+  });
+
   it('does not check a value that a higher source replaced', async () => {
     const bad = await configFile('yaml', 'zk: z\nport: not-a-port\n');
     expect((await resolveConfig('node', { flags: { config: bad, port: '7004' } })).port).toBe(7004);
