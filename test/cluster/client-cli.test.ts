@@ -2,7 +2,7 @@
 // against a 3-node cluster: progress on stderr, bad lines reported with their line numbers
 // while the good ones are written, exit code 1 for a file with bad lines; and the other
 // client subcommands (export, get, cluster) with their exit codes.
-// The issue's 100,000 lines (short bodies).
+// The issue's 100,000 lines (short bodies). On the cluster `npm start` runs (each node in a worker thread).
 import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateDocs } from '../../src/corpus.js';
-import { startCluster, type TestCluster } from '../support/cluster.js';
+import { startThreadedCluster, type ThreadedTestCluster } from '../support/cluster.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CLI = join(ROOT, 'bin/shardex.js');
@@ -74,7 +74,7 @@ function build(): Promise<Run> {
 }
 
 describe('shardex client commands against a 3-node cluster', () => {
-  let tc: TestCluster;
+  let tc: ThreadedTestCluster;
   let dir: string;
   let file: string;
   let url: string;
@@ -84,7 +84,7 @@ describe('shardex client commands against a 3-node cluster', () => {
     const built = await build();
     if (built.code !== 0) throw new Error(`npm run build failed:\n${built.stdout}`);
     dir = await mkdtemp(join(tmpdir(), 'shardex-cli-'));
-    tc = await startCluster({ nodes: 3, collection: { name: 'docs', numShards: 4, replicationFactor: 2, router: 'compositeId' } });
+    tc = await startThreadedCluster({ nodes: 3, collection: { name: 'docs', numShards: 4, replicationFactor: 2, router: 'compositeId' } });
     url = tc.urls[1]!;
     const lines: string[] = [];
     let n = 0;

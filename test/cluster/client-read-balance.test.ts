@@ -1,19 +1,21 @@
 // Issue 12: the smart client's own reads are balanced too. An eventual read that names a priority
 // goes through a node (the node's balancer holds it to the priority's slots, and its eventual router
 // picks the reader); one without a priority is served by the client itself, straight from a reader.
-// The query batcher (and `shardex export`) asks every page with its priority.
+// The query batcher (and `shardex export`) asks every page with its priority. On the cluster
+// `npm start` runs (members in worker threads, with its cluster secret: the client reads from the
+// reader as any client, without it).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShardexClient } from '../../src/client/index.js';
 import { assertBuilt, runCli } from '../support/cli-run.js';
-import { startCluster, type TestCluster } from '../support/cluster.js';
+import { startThreadedCluster, type ThreadedTestCluster } from '../support/cluster.js';
 import { pollUntil } from '../support/poll.js';
 
 describe('the smart client\'s reads under read balancing (1 node, 1 reader)', () => {
-  let tc: TestCluster;
+  let tc: ThreadedTestCluster;
   let client: ShardexClient;
 
   beforeAll(async () => {
-    tc = await startCluster({ nodes: 1, readers: 1, collection: { name: 'docs', numShards: 2, replicationFactor: 1, router: 'compositeId' } });
+    tc = await startThreadedCluster({ nodes: 1, readers: 1, collection: { name: 'docs', numShards: 2, replicationFactor: 1, router: 'compositeId' } });
     client = new ShardexClient({ urls: tc.urls[0]!, refreshIntervalMs: 0 });
     await client.add('docs', [{ id: 'a', title: 'dune' }, { id: 'b', title: 'dune messiah' }]);
     await client.commit('docs');

@@ -1,10 +1,10 @@
 // Issue 2, "what it must show" 4: concurrent writers of the same ids through different nodes
 // leave leader and replicas identical. Several writers post (and now and then delete) the
 // same ids, each through its own node, at the same time; afterwards every replica of every
-// id holds the same document and _version_, and that is the newest acknowledged write.
+// id holds the same document and _version_, and that is the newest acknowledged write. On the cluster `npm start` runs (each node in a worker thread).
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { routeId } from '../../src/hashrange/index.js';
-import { clusterView, http, startCluster, type ClusterView, type TestCluster } from '../support/cluster.js';
+import { clusterView, http, startThreadedCluster, type ClusterView, type ThreadedTestCluster } from '../support/cluster.js';
 import { mulberry32 } from '../../src/corpus.js';
 
 const COLLECTION = 'cw';
@@ -38,7 +38,7 @@ const docUrl = (base: string, id: string, distrib?: boolean): string =>
   `${base}/api/collections/${COLLECTION}/docs/${encodeURIComponent(id)}${distrib === false ? '?distrib=false' : ''}`;
 
 describe('concurrent writers of the same ids through different nodes', () => {
-  let tc: TestCluster;
+  let tc: ThreadedTestCluster;
   let view: ClusterView;
   /** Every acknowledged write, by id. */
   const acked = new Map<string, Written[]>();
@@ -78,9 +78,8 @@ describe('concurrent writers of the same ids through different nodes', () => {
   }
 
   beforeAll(async () => {
-    tc = await startCluster({ nodes: 3, collection: { name: COLLECTION, numShards: SHARDS, replicationFactor: 2, router: 'compositeId' } });
-    // Replicas recover from their leader at start; the writers start once all are active.
-    await tc.cluster.waitAllActive(30_000);
+    tc = await startThreadedCluster({ nodes: 3, collection: { name: COLLECTION, numShards: SHARDS, replicationFactor: 2, router: 'compositeId' } });
+    // The cluster's start waited until every replica was active: the writers start now.
     await Promise.all(Array.from({ length: WRITERS }, (_, w) => writer(w)));
     view = await clusterView(tc.urls[0]!);
   });

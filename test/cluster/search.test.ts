@@ -1,10 +1,10 @@
 // Issue 4, "what it must show" 1 and 3: the same 20,000 generated documents in a 1-shard and
 // a 5-shard collection on 3 nodes answer 200 generated queries with identical id lists and
 // scores within 1e-9 (global statistics make shards rank like one index); after overwrites
-// and deletes no query returns a deleted document or a stale field value.
+// and deletes no query returns a deleted document or a stale field value. On the cluster `npm start` runs (each node in a worker thread).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateDocs, mulberry32, type CorpusDoc } from '../../src/corpus.js';
-import { http, startCluster, type TestCluster } from '../support/cluster.js';
+import { http, startThreadedCluster, type ThreadedTestCluster } from '../support/cluster.js';
 
 const DOCS = 20_000;
 const FIELDS = { title: 'text', body: 'text', category: 'keyword', price: 'number', ts: 'date' };
@@ -61,11 +61,11 @@ function toQuery(q: Q): string {
 }
 
 describe('distributed search (3 nodes: 1-shard and 5-shard collections of the same documents)', () => {
-  let tc: TestCluster;
+  let tc: ThreadedTestCluster;
   const docs = [...generateDocs({ count: DOCS, seed: 11, words: 30 })];
 
   beforeAll(async () => {
-    tc = await startCluster({ nodes: 3 });
+    tc = await startThreadedCluster({ nodes: 3 });
     const url = tc.urls[0]!;
     for (const [name, numShards] of [['one', 1], ['five', 5]] as const) {
       const res = await http('POST', `${url}/api/collections`, { name, numShards, replicationFactor: 1, fields: FIELDS });

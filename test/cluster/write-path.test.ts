@@ -1,25 +1,25 @@
 // Issue 2, "what it must show" 3: 3 nodes, 4 shards x 2 replicas, 10,000 generated documents
 // posted round-robin in batches of 500; every document reads back from every node (export pages,
 // and real-time gets of a sample), and with distrib=false it is found on exactly the nodes hosting
-// its shard, with equal versions.
+// its shard, with equal versions. On the cluster `npm start` runs (each node in a worker thread).
 import pLimit from 'p-limit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateDocs, type CorpusDoc } from '../../src/corpus.js';
 import { routeId } from '../../src/hashrange/index.js';
-import { clusterView, http, startCluster, type ClusterView, type TestCluster } from '../support/cluster.js';
+import { clusterView, http, startThreadedCluster, type ClusterView, type ThreadedTestCluster } from '../support/cluster.js';
 
 const DOCS = 10_000;
 const BATCH = 500;
 
 describe('write path on a 3-node cluster (4 shards x 2 replicas)', () => {
-  let tc: TestCluster;
+  let tc: ThreadedTestCluster;
   let view: ClusterView;
   const docs: CorpusDoc[] = [...generateDocs({ count: DOCS, seed: 7, words: 30 })];
   const acked = new Map<string, number>();
   const limit = pLimit(32);
 
   beforeAll(async () => {
-    tc = await startCluster({ nodes: 3, collection: { name: 'docs', numShards: 4, replicationFactor: 2, router: 'compositeId' } });
+    tc = await startThreadedCluster({ nodes: 3, collection: { name: 'docs', numShards: 4, replicationFactor: 2, router: 'compositeId' } });
     for (let i = 0; i < DOCS; i += BATCH) {
       const url = tc.urls[(i / BATCH) % tc.urls.length];
       const res = await http('POST', `${url}/api/collections/docs/docs`, docs.slice(i, i + BATCH));

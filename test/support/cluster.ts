@@ -1,10 +1,18 @@
 // Helpers for tests that start real nodes: a DevCluster on free loopback ports in a temp
-// dir, HTTP helpers, and the cluster view.
+// dir (nodes in this thread, for tests that reach into them), the cluster `npm start` runs
+// (nodes in worker threads, for tests that use only their ports), HTTP helpers, and the
+// cluster view.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { CollectionSpec } from '../../src/coordination/index.js';
+import type { NodeTunables } from '../../src/node/config.js';
 import { DevCluster, type DevClusterOptions } from '../../src/node/dev-cluster.js';
 import { silentLogger } from '../../src/logger.js';
+import { assertBuilt } from './cli-run.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 export interface TestCluster {
   readonly cluster: DevCluster;
@@ -66,4 +74,54 @@ export interface ClusterView {
 
 export async function clusterView(url: string): Promise<ClusterView> {
   return (await http<ClusterView>('GET', `${url}/api/cluster`)).body;
+}
+
+/** `npm start`'s own cluster (ThreadedDevCluster from dist/: each member in a worker thread), for tests that use only its ports. */
+export interface ThreadedTestCluster {
+  /** HTTP URL of each node, node1 first. */
+  readonly urls: string[];
+  /** HTTP URL of each snapshot reader. */
+  readonly readerUrls: string[];
+  readonly dataDir: string;
+  stop(): Promise<void>;
+}
+
+export interface ThreadedClusterOptions {
+  readonly nodes: number;
+  readonly readers?: number;
+  readonly collection?: CollectionSpec;
+  /** Every node's tunables, as `shardex dev` takes them from flags, env or a config file. */
+  readonly node?: Partial<NodeTunables>;
+}
+
+/**
+ * Starts the cluster `shardex dev` runs (the built one: workers load dist/) on free loopback
+ * ports in a temp dir, its logs in a file there; `stop()` ends every worker and removes the dir.
+ * Node retries pause as briefly as startCluster's (50 ms growing to 200 ms).
+ */
+export async function startThreadedCluster(opts: ThreadedClusterOptions): Promise<ThreadedTestCluster> {
+  await assertBuilt('node/dev-threads.ts');
+  const { ThreadedDevCluster } = (await import(pathToFileURL(join(ROOT, 'dist/node/dev-threads.js')).href)) as typeof import('../../src/node/dev-threads.js');
+  const dataDir = await mkdtemp(join(tmpdir(), 'shardex-threads-'));
+  const cluster = new ThreadedDevCluster({
+    nodes: opts.nodes,
+    readers: opts.readers ?? 0,
+    port: 0,
+    dataDir: join(dataDir, 'data'),
+    logFile: join(dataDir, 'cluster.log'),
+    logger: silentLogger(),
+    ...(opts.collection && { collection: opts.collection }),
+    node: { retryPause: 50, retryPauseMax: 200, ...opts.node },
+  });
+  const stop = async (): Promise<void> => {
+    await cluster.stop();
+    await rm(dataDir, { recursive: true, force: true });
+  };
+  try {
+    await cluster.start();
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { urls: cluster.nodes.map((n) => n.http), readerUrls: cluster.readers.map((r) => r.http), dataDir, stop };
 }
