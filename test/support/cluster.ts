@@ -31,6 +31,12 @@ export async function startCluster(opts: Partial<DevClusterOptions> & { nodes: n
     ...opts,
     nodeOptions: { backoff: (n) => Math.min(50 * n, 200), ...opts.nodeOptions },
   });
+  const stop = await started(cluster, dataDir);
+  return { cluster, urls: cluster.urls, dataDir, stop };
+}
+
+/** Starts `cluster`; returns its stop, which also removes `dataDir` (run at once when the start fails). */
+async function started(cluster: { start(): Promise<void>; stop(): Promise<void> }, dataDir: string): Promise<() => Promise<void>> {
   const stop = async (): Promise<void> => {
     await cluster.stop();
     await rm(dataDir, { recursive: true, force: true });
@@ -41,7 +47,7 @@ export async function startCluster(opts: Partial<DevClusterOptions> & { nodes: n
     await stop();
     throw err;
   }
-  return { cluster, urls: cluster.urls, dataDir, stop };
+  return stop;
 }
 
 export interface HttpResult<T = any> {
@@ -113,15 +119,6 @@ export async function startThreadedCluster(opts: ThreadedClusterOptions): Promis
     ...(opts.collection && { collection: opts.collection }),
     node: { retryPause: 50, retryPauseMax: 200, ...opts.node },
   });
-  const stop = async (): Promise<void> => {
-    await cluster.stop();
-    await rm(dataDir, { recursive: true, force: true });
-  };
-  try {
-    await cluster.start();
-  } catch (err) {
-    await stop();
-    throw err;
-  }
+  const stop = await started(cluster, dataDir);
   return { urls: cluster.nodes.map((n) => n.http), readerUrls: cluster.readers.map((r) => r.http), dataDir, stop };
 }
