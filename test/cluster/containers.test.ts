@@ -2,15 +2,18 @@
 // (unchanged but for its image variables and published ports) runs under podman-compose with
 // images built on this machine (test/support/containers.ts): one ZooKeeper, three data nodes,
 // two snapshot readers. The compose file's security settings are used for real: the test makes
-// an API keys file (a key per role) and a cluster secret, and points the file's `secrets:` at them
-// (SHARDEX_SECRETS_DIR); every node then requires keys and every node and reader carries the secret
-// (a node bound to 0.0.0.0 refuses to start without either, so every healthy node has both). The
-// test talks to them only through ports published on 127.0.0.1; they talk to each other only on the
+// an API keys file (a key per role), a cluster secret, a CA and a certificate naming every service,
+// and points the file's `secrets:` at them (SHARDEX_SECRETS_DIR); every node then requires keys,
+// every node and reader carries the secret and serves HTTPS and mutual-TLS gRPC (a node bound to
+// 0.0.0.0 refuses to start without keys or secret, so every healthy node has both). The test
+// talks to them only over HTTPS, trusting that CA, through ports published on 127.0.0.1; they
+// talk to each other only on the
 // compose network of this run. Teardown removes the containers,
 // the network, the volumes and the images, also when the test fails.
 // If the container engine cannot start, the test fails and says what is missing.
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { Agent } from 'node:https';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -31,6 +34,9 @@ import {
   type ContainerEngine,
 } from '../support/containers.js';
 import { settled, until } from '../support/zk-cluster.js';
+import { testPki, type TestPki } from '../support/tls-certs.js';
+import { agentFetch } from '../../src/client/transport.js';
+import type { FetchLike } from '../../src/client/types.js';
 
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
 const NODES = ['shardex1', 'shardex2', 'shardex3'] as const;
@@ -41,17 +47,32 @@ const HEALTHY_WITHIN_MS = 60_000;
 const KEYS = { reader: randomBytes(24).toString('hex'), writer: randomBytes(24).toString('hex'), admin: randomBytes(24).toString('hex') } as const;
 const ROLES = { reader: ['read'], writer: ['write'], admin: ['admin'] } as const;
 
-/** api-keys.json and cluster.secret, as docker-compose.yml's `secrets:` read them, readable by the image's uid 1000 only. */
-function writeSecrets(dir: string): void {
+/** The services' certificate names: each process is reached by its service name, the health checks by 127.0.0.1. */
+const SERVICE_NAMES = [...NODES, ...READERS].map((s) => `DNS:${s}`);
+
+/**
+ * api-keys.json, cluster.secret, ca.crt, tls.crt and tls.key, as docker-compose.yml's `secrets:`
+ * read them, readable by the image's uid 1000 only; returns the CA the test trusts.
+ */
+async function writeSecrets(dir: string, pki: TestPki): Promise<Buffer> {
   mkdirSync(dir, { recursive: true });
   const keys = (Object.keys(KEYS) as Array<keyof typeof KEYS>).map((name) => ({ name, sha256: createHash('sha256').update(KEYS[name]).digest('hex'), roles: ROLES[name] }));
   writeFileSync(path.join(dir, 'api-keys.json'), JSON.stringify(keys));
   writeFileSync(path.join(dir, 'cluster.secret'), `${randomBytes(32).toString('hex')}\n`);
-  for (const file of ['api-keys.json', 'cluster.secret']) {
+  const ca = await pki.ca('compose-ca');
+  const leaf = await ca.issue('shardex', SERVICE_NAMES);
+  writeFileSync(path.join(dir, 'ca.crt'), ca.cert);
+  writeFileSync(path.join(dir, 'tls.crt'), leaf.cert);
+  writeFileSync(path.join(dir, 'tls.key'), leaf.key);
+  for (const file of ['api-keys.json', 'cluster.secret', 'ca.crt', 'tls.crt', 'tls.key']) {
     chownSync(path.join(dir, file), 1000, 1000);
     chmodSync(path.join(dir, file), 0o400);
   }
+  return ca.cert;
 }
+
+/** The HTTPS client of the run: it trusts the run's CA (set once the secrets are written). */
+let httpsFetch: FetchLike = () => Promise.reject(new Error('no request before the secrets are written'));
 
 const startedAt = Date.now();
 const timings: Array<[string, number]> = [];
@@ -78,8 +99,8 @@ interface Reply<T = any> {
 
 /** One HTTP request to a published port on 127.0.0.1 (the only addresses this test contacts), with `key` as its bearer key. */
 async function request<T = any>(method: string, url: string, key: string | undefined, body?: unknown): Promise<Reply<T>> {
-  if (!url.startsWith('http://127.0.0.1:')) throw new Error(`refusing to contact ${url}: only ports published on 127.0.0.1`);
-  const res = await fetch(url, {
+  if (!url.startsWith('https://127.0.0.1:')) throw new Error(`refusing to contact ${url}: only ports published on 127.0.0.1`);
+  const res = await httpsFetch(url, {
     method,
     headers: { ...(body !== undefined && { 'content-type': 'application/json' }), ...(key !== undefined && { authorization: `Bearer ${key}` }) },
     ...(body !== undefined && { body: JSON.stringify(body) }),
@@ -97,8 +118,8 @@ async function request<T = any>(method: string, url: string, key: string | undef
 
 /** A failure a client retries during a failover: 503 with Retry-After, or the connection refused/reset. */
 function retryable(err: unknown): boolean {
-  const code = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
-  return ['ECONNREFUSED', 'ECONNRESET', 'UND_ERR_SOCKET', 'TimeoutError', 'AbortError'].includes(code);
+  const e = err as { code?: string; name?: string; cause?: { code?: string } };
+  return [e.code, e.cause?.code, e.name].some((c) => c !== undefined && ['ECONNREFUSED', 'ECONNRESET', 'UND_ERR_SOCKET', 'TimeoutError', 'AbortError'].includes(c));
 }
 
 describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nodes, 2 readers)', () => {
@@ -128,7 +149,7 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
       engine = await timed('container engine (podman, podman-compose, runc)', () => ensureContainerEngine(log));
       await timed('leftovers of earlier runs', () => removeLeftovers(engine!, REPO, log));
       const ports = await Promise.all([...NODES, ...READERS].map(() => freePort()));
-      [...NODES, ...READERS].forEach((service, i) => (url[service] = `http://127.0.0.1:${ports[i]}`));
+      [...NODES, ...READERS].forEach((service, i) => (url[service] = `https://127.0.0.1:${ports[i]}`));
       const images = { node: `localhost/${name}-node:latest`, zookeeper: `localhost/${name}-zookeeper:latest`, shardex: `localhost/${name}-shardex:latest` };
       project = new ComposeProject(engine, name, path.join(REPO, 'docker-compose.yml'), {
         SHARDEX_IMAGE: images.shardex,
@@ -157,7 +178,13 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
         });
       });
       rmSync(path.join(buildDir, 'app.tar'), { force: true });
-      writeSecrets(secretsDir);
+      const pki = await testPki();
+      try {
+        const ca = await writeSecrets(secretsDir, pki);
+        httpsFetch = agentFetch(new Agent({ ca, keepAlive: true }));
+      } finally {
+        await pki.remove();
+      }
 
       await timed('compose up -d', async () => {
         const up = await project!.compose(['up', '-d'], 120_000);
@@ -208,6 +235,15 @@ describe('the compose deployment in containers (podman-compose: ZooKeeper, 3 nod
     for (const node of NODES) expect((await request('GET', `${url[node]}/health/live`, undefined)).status).toBe(200);
     const health = await request('GET', `${url.shardex1}/health`, undefined);
     expect(health.body).toMatchObject({ status: 'ok', node: 'shardex1' });
+  });
+
+  it('serves TLS only: plain HTTP gets no answer, and a client that does not trust the CA is refused', { timeout: 60_000 }, async () => {
+    for (const service of [...NODES, ...READERS]) {
+      const plain = `http://${url[service]!.slice('https://'.length)}/health`;
+      await expect(fetch(plain, { signal: AbortSignal.timeout(10_000) }), service).rejects.toThrow();
+      // Node's own fetch knows only the system's CAs: the run's private CA is not among them.
+      await expect(fetch(`${url[service]}/health`, { signal: AbortSignal.timeout(10_000) }), service).rejects.toThrow();
+    }
   });
 
   it('requires an API key on every node (401 without, 403 without the role) and serves the key with the role', { timeout: 60_000 }, async () => {
