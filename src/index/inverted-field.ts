@@ -19,6 +19,7 @@
 //     sumLength count live documents only, always, so statistics are exact at every moment.
 
 import type { TokenSink } from './analyzer.js';
+import { unpackPositions, unpackPostings, type FlatPostings, type PackedPostings } from './postings-codec.js';
 import { exactKey, hashRange, TermTable } from './term-table.js';
 
 /** Collects the term ids a document holds, per field, so that deleting it can undo them. */
@@ -53,8 +54,8 @@ export class InvertedField implements TokenSink {
   postingsLength = new Int32Array(16);
   /** Term by id: its positions; read through positionsOf(). */
   positions: (Int32Array | undefined)[] = [];
-  /** A restored field's postings and positions, one array each, cut into per-term views on first use. */
-  private flat: { readonly postings: Int32Array; readonly postingStarts: Int32Array; readonly positions: Int32Array; readonly positionStarts: Int32Array } | null = null;
+  /** A restored field's postings and positions, flat or packed, made into per-term arrays on first use (then kept in postings/positions). */
+  private restored: RestoredPostings | null = null;
   positionsLength = new Int32Array(16);
 
   // ---- per document ----
@@ -118,22 +119,12 @@ export class InvertedField implements TokenSink {
 
   /** Term `t`'s postings ([doc, tf, ...], postingsLength[t] of them in use). */
   postingsOf(t: number): Int32Array {
-    return this.postings[t] ?? this.materialize(t).postings;
+    return (this.postings[t] ??= this.restored!.postings(t));
   }
 
   /** Term `t`'s positions (text fields; positionsLength[t] in use). */
   positionsOf(t: number): Int32Array {
-    return this.positions[t] ?? this.materialize(t).positions;
-  }
-
-  /** Cuts term `t`'s views out of a restored field's arrays (a restore makes none: most terms are never read). */
-  private materialize(t: number): { postings: Int32Array; positions: Int32Array } {
-    const f = this.flat!;
-    const postings = f.postings.subarray(f.postingStarts[t], f.postingStarts[t + 1]);
-    const positions = this.withPositions ? f.positions.subarray(f.positionStarts[t], f.positionStarts[t + 1]) : EMPTY;
-    this.postings[t] = postings;
-    this.positions[t] = positions;
-    return { postings, positions };
+    return (this.positions[t] ??= this.withPositions ? this.restored!.positions(t) : EMPTY);
   }
 
   termId(term: string): number {
@@ -405,6 +396,8 @@ export class InvertedField implements TokenSink {
       this.deadCount[id] = 0;
     }
     this.dict.retain(termMap);
+    // Every kept term is in postings/positions now, under its new id: the restored source is stale.
+    this.restored = null;
     this.termCount = next;
     this.postings.length = next;
     this.positions.length = next;
@@ -465,9 +458,11 @@ export class InvertedField implements TokenSink {
     }
     const postings = new Int32Array(postingStarts[n]);
     const positions = new Int32Array(positionStarts[n]);
+    // A term never read is decoded for the copy only, not kept: exporting a restored segment (to
+    // merge it) must not pull all of it onto the heap.
     for (let t = 0; t < n; t++) {
-      postings.set(this.postingsOf(t).subarray(0, this.postingsLength[t]), postingStarts[t]);
-      if (this.withPositions) positions.set(this.positionsOf(t).subarray(0, this.positionsLength[t]), positionStarts[t]);
+      postings.set((this.postings[t] ?? this.restored!.postings(t)).subarray(0, this.postingsLength[t]), postingStarts[t]);
+      if (this.withPositions) positions.set((this.positions[t] ?? this.restored!.positions(t)).subarray(0, this.positionsLength[t]), positionStarts[t]);
     }
     return {
       terms: this.terms.slice(0, n),
@@ -485,8 +480,8 @@ export class InvertedField implements TokenSink {
     };
   }
 
-  /** A field holding `state` (its arrays are used as they are, not copied: views into a segment file's buffer). */
-  static restore(key: string, slot: number, withPositions: boolean, state: InvertedState): InvertedField {
+  /** A field holding `state` (its arrays are used as they are, not copied: views into a segment file's buffer; packed postings are decoded per term when first read). */
+  static restore(key: string, slot: number, withPositions: boolean, state: InvertedState | PackedInvertedState): InvertedField {
     const f = new InvertedField(key, slot, withPositions);
     const n = state.terms.length;
     for (let t = 0; t < n; t++) {
@@ -504,7 +499,7 @@ export class InvertedField implements TokenSink {
     f.termPending = new Int32Array(cap);
     f.termPendingPos = new Int32Array(cap);
     // Views per term are made when a term is first read (most never are between two restarts).
-    f.flat = { postings: state.postings, postingStarts: state.postingStarts, positions: state.positions, positionStarts: state.positionStarts };
+    f.restored = 'packed' in state ? packedSource(state) : flatSource(state);
     f.postings = new Array<Int32Array | undefined>(n);
     f.positions = new Array<Int32Array | undefined>(n);
     for (let t = 0; t < n; t++) {
@@ -619,20 +614,37 @@ export class InvertedField implements TokenSink {
 }
 
 /** The persisted state of an InvertedField (per-term arrays by term id; per-document arrays of maxDoc entries). */
-export interface InvertedState {
+export interface InvertedState extends FlatPostings {
   readonly terms: readonly string[];
   readonly docFreq: Int32Array<ArrayBuffer>;
   readonly deadCount: Int32Array<ArrayBuffer>;
-  /** Term t's postings are postings[postingStarts[t], postingStarts[t + 1]). */
-  readonly postingStarts: Int32Array<ArrayBuffer>;
-  readonly postings: Int32Array<ArrayBuffer>;
-  readonly positionStarts: Int32Array<ArrayBuffer>;
-  readonly positions: Int32Array<ArrayBuffer>;
   readonly lengths: Int32Array<ArrayBuffer>;
   readonly minValue: Int32Array<ArrayBuffer> | null;
   readonly maxValue: Int32Array<ArrayBuffer> | null;
   readonly docCount: number;
   readonly sumLength: number;
+}
+
+/** A segment file's inverted field: its postings packed (postings-codec.ts), the rest as in InvertedState. */
+export type PackedInvertedState = Omit<InvertedState, keyof FlatPostings> & PackedPostings;
+
+/** Where a restored field's terms come from until they are first read. */
+interface RestoredPostings {
+  postings(t: number): Int32Array;
+  positions(t: number): Int32Array;
+}
+
+/** Views of one array each (a state merged in memory): a term costs a subarray. */
+function flatSource(f: FlatPostings): RestoredPostings {
+  return {
+    postings: (t) => f.postings.subarray(f.postingStarts[t], f.postingStarts[t + 1]),
+    positions: (t) => f.positions.subarray(f.positionStarts[t], f.positionStarts[t + 1]),
+  };
+}
+
+/** Packed bytes (a segment file): a term is decoded when first read. */
+function packedSource(p: PackedPostings): RestoredPostings {
+  return { postings: (t) => unpackPostings(p, t), positions: (t) => unpackPositions(p, t) };
 }
 
 /** `a` as exactly `n` entries: cut, or extended with `fill`. */

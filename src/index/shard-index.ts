@@ -13,7 +13,7 @@ import { Analyzer } from './analyzer.js';
 import { checkDocument, parseFieldList, projectFields, type StoredDoc } from './document.js';
 import { QueryExecutor, type IndexView } from './execute.js';
 import { AccumulatorPool, restrict, type Matches } from './matches.js';
-import { grow, InvertedField, type ForwardSink, type InvertedState } from './inverted-field.js';
+import { grow, InvertedField, type ForwardSink, type InvertedState, type PackedInvertedState } from './inverted-field.js';
 import { NumericField, type NumericState } from './numeric-field.js';
 import { MATCH_ALL, type Query } from './query.js';
 import { parseQuery } from './query-parser.js';
@@ -509,13 +509,13 @@ export class ShardIndex implements IndexView, ForwardSink {
    * The index `state` describes, for `schema`. Throws SHX_BAD_CONFIG when the state was written for
    * other declared fields (the caller rebuilds from the documents then).
    */
-  static restore(schema: CollectionSchema, state: ShardIndexState, options: ShardIndexOptions = {}): ShardIndex {
+  static restore(schema: CollectionSchema, state: ShardIndexState<InvertedState | PackedInvertedState>, options: ShardIndexOptions = {}): ShardIndex {
     const index = new ShardIndex(schema, options);
     index.load(state);
     return index;
   }
 
-  private load(state: ShardIndexState): void {
+  private load(state: ShardIndexState<InvertedState | PackedInvertedState>): void {
     const declared = this.slots.length;
     if (state.slots.length < declared) throw stateMismatch('it has fewer fields than the schema declares');
     this.slots.length = 0;
@@ -791,9 +791,9 @@ export class ShardIndex implements IndexView, ForwardSink {
   }
 }
 
-/** A persisted field: an inverted field (text, keyword) or a numeric column, by slot. */
-export type SlotState =
-  | { readonly kind: 'inverted'; readonly key: string; readonly withPositions: boolean; readonly state: InvertedState }
+/** A persisted field: an inverted field (text, keyword) or a numeric column, by slot; `I` is flat in memory, packed in a segment file. */
+export type SlotState<I extends InvertedState | PackedInvertedState = InvertedState> =
+  | { readonly kind: 'inverted'; readonly key: string; readonly withPositions: boolean; readonly state: I }
   | { readonly kind: 'number'; readonly key: string; readonly state: NumericState };
 
 /** An undeclared field and the slots of its text, keyword and number views (-1 = none yet). */
@@ -805,7 +805,7 @@ export interface DynamicPlanState {
 }
 
 /** What ShardIndex.exportState() gives and restore() takes: per-document arrays have maxDoc entries. */
-export interface ShardIndexState {
+export interface ShardIndexState<I extends InvertedState | PackedInvertedState = InvertedState> {
   readonly maxDoc: number;
   readonly liveCount: number;
   readonly deadDocs: number;
@@ -815,7 +815,7 @@ export interface ShardIndexState {
   /** Document d's forward entries are forward[forwardStarts[d], forwardStarts[d + 1]). */
   readonly forwardStarts: Int32Array;
   readonly forward: Int32Array;
-  readonly slots: readonly SlotState[];
+  readonly slots: readonly SlotState<I>[];
   readonly dynamic: readonly DynamicPlanState[];
 }
 
