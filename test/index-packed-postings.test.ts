@@ -3,9 +3,10 @@
 // of the project's corpus answers every query as the index it was written from, costs well under
 // the 4 bytes a posting or position took before, and a damaged packed section is caught by its
 // checksum.
+import { crc32 } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { generateDocs } from '../src/corpus.js';
-import { decodeSegment, encodeSegment, mergeIndexes, parseSchema, ShardIndex, type SearchRequest } from '../src/index/index.js';
+import { decodeSegment, encodeSegment, mergeIndexes, parseSchema, SEGMENT_FORMAT, ShardIndex, type SearchRequest } from '../src/index/index.js';
 import { packPostings, unpackPositions, unpackPostings, type FlatPostings } from '../src/index/postings-codec.js';
 
 /** Flat postings of `terms`, each a list of [doc, positions or tf] (positions for text fields). */
@@ -129,6 +130,18 @@ describe('a segment file of the corpus', () => {
     let packed = 0;
     for (const s of stored.slots) if (s.kind === 'inverted') packed += s.state.packed.length;
     expect(packed).toBeLessThan(1.5 * entries);
+  });
+
+  it('refuses a file of the previous format (flat postings), which is then rebuilt rather than misread', () => {
+    const file = encode(build(0, 100));
+    const headerLength = file.readUInt32LE(8);
+    const header = JSON.parse(file.subarray(16, 16 + headerLength).toString('utf8')) as { format: number };
+    const older = Buffer.from(JSON.stringify({ ...header, format: SEGMENT_FORMAT - 1 }), 'utf8');
+    expect(older.length).toBe(headerLength);
+    const old = Buffer.from(file);
+    older.copy(old, 16);
+    old.writeUInt32LE(crc32(older), 12);
+    expect(() => decodeSegment(old)).toThrow(`written in segment format ${SEGMENT_FORMAT - 1}, this version reads ${SEGMENT_FORMAT}`);
   });
 
   it('is refused when a byte of a packed postings section is damaged', () => {
