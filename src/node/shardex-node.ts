@@ -370,14 +370,18 @@ export class ShardexNode {
 
   private async syncReplicas(): Promise<void> {
     const wanted = new Set<string>();
+    // Replicas open side by side: a node holding several waits for the slowest, not for their sum.
+    const opens: Array<Promise<unknown>> = [];
     for (const [c, state] of this.coordinator.collections()) {
       for (const s of state.shards) {
         if (!s.replicas.some((r) => r.node === this.name)) continue;
         const key = `${c}/${s.name}`;
         wanted.add(key);
-        if (!this.replicas.has(key) && !this.opening.has(key)) await this.openReplica(c, s.name);
+        if (!this.replicas.has(key) && !this.opening.has(key)) opens.push(this.openReplica(c, s.name));
       }
     }
+    const failed = (await Promise.allSettled(opens)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
     for (const replica of this.replicas.values()) {
       const state = this.coordinator.collection(replica.collection);
       replica.store.setDurability(durabilityOf(state));
