@@ -8,22 +8,23 @@
 // Layout: the magic, the header's length and CRC-32, the header (JSON: format, seq, the
 // collection's schema fingerprint, the index's small values, and the table of sections), then the
 // sections, each 8-byte aligned with its own CRC-32: typed arrays as they are in memory (little
-// endian), string lists as UTF-16 text with an Int32 table of starts, and each inverted field's
-// postings and positions packed per term (postings-codec.ts; most of a file's bytes). Loading
-// checks every checksum and uses the file's buffer as the index's arrays (no copy, outside the JS
-// heap); a term's packed postings are decoded when the term is first read.
+// endian), string lists as UTF-16 text with an Int32 table of starts, each inverted field's
+// postings and positions packed per term and the forward index packed per document
+// (postings-codec.ts; most of a file's bytes). Loading checks every checksum and uses the file's
+// buffer as the index's arrays (no copy, outside the JS heap); a term's packed postings are
+// decoded when the term is first read, a document's forward entries each time they are read.
 import { open, readFile, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { ShardexError } from '../errors.js';
 import type { PackedInvertedState } from './inverted-field.js';
-import { packPostings } from './postings-codec.js';
+import { packForward, packPostings, type PackedForward } from './postings-codec.js';
 import { ShardIndex, type ShardIndexOptions, type ShardIndexState, type SlotState } from './shard-index.js';
 import type { CollectionSchema } from './schema.js';
 
 const MAGIC = Buffer.from('SHXSEG01', 'latin1');
 /** Bumped whenever the layout of ShardIndexState changes: older files are rebuilt, not misread. */
-export const SEGMENT_FORMAT = 3;
+export const SEGMENT_FORMAT = 4;
 const PREFIX = MAGIC.length + 8;
 
 type ArrayKind = 'Int32Array' | 'Float64Array' | 'Uint8Array';
@@ -98,7 +99,8 @@ export function encodeSegment(state: ShardIndexState, info: SegmentInfo): Buffer
     if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, pack(x)]));
     return v;
   };
-  const packed = pack({ ...state, slots: state.slots.map(packSlot) });
+  const { forwardStarts, forward, ...rest } = state;
+  const packed = pack({ ...rest, ...packForward({ forwardStarts, forward }), slots: state.slots.map(packSlot) });
   const header: Header = { format: SEGMENT_FORMAT, seq: info.seq, fingerprint: info.fingerprint, state: packed, sections };
   const headerBytes = Buffer.from(JSON.stringify(header), 'utf8');
   const prefix = Buffer.alloc(PREFIX);
@@ -113,7 +115,7 @@ export function encodeSegment(state: ShardIndexState, info: SegmentInfo): Buffer
 export class SegmentProblem extends Error {}
 
 /** The state and info of a segment file's bytes; throws SegmentProblem when anything does not check. */
-export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInvertedState>; info: SegmentInfo } {
+export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInvertedState, PackedForward>; info: SegmentInfo } {
   if (file.length < PREFIX || !file.subarray(0, MAGIC.length).equals(MAGIC)) throw new SegmentProblem('not a Shardex segment file (bad magic)');
   const headerLength = file.readUInt32LE(MAGIC.length);
   if (PREFIX + headerLength > file.length) throw new SegmentProblem(`truncated: the header needs ${headerLength} bytes, the file has ${file.length - PREFIX}`);
@@ -149,7 +151,7 @@ export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInve
     }
     return v;
   };
-  return { state: unpack(header.state) as ShardIndexState<PackedInvertedState>, info: { seq: header.seq, fingerprint: header.fingerprint } };
+  return { state: unpack(header.state) as ShardIndexState<PackedInvertedState, PackedForward>, info: { seq: header.seq, fingerprint: header.fingerprint } };
 }
 
 /** Writes `chunks` as the file `path`: a temporary file, synced, renamed over it, the directory synced. Returns the bytes written. */

@@ -15,6 +15,7 @@ import { QueryExecutor, type IndexView } from './execute.js';
 import { AccumulatorPool, restrict, type Matches } from './matches.js';
 import { grow, InvertedField, type ForwardSink, type InvertedState, type PackedInvertedState } from './inverted-field.js';
 import { NumericField, type NumericState } from './numeric-field.js';
+import { forwardLength, unpackForwardInto, type FlatForward, type PackedForward } from './postings-codec.js';
 import { MATCH_ALL, type Query } from './query.js';
 import { parseQuery } from './query-parser.js';
 import { KEYWORD_SUFFIX, RESERVED_DOC_KEYS, type CollectionSchema } from './schema.js';
@@ -97,8 +98,8 @@ export class ShardIndex implements IndexView, ForwardSink {
   live = new Uint8Array(1024);
   /** Per document: [slot, count, termId x count, ...] of every field it touched; read through forwardOf(). */
   private forward: (Int32Array | undefined)[] = [];
-  /** A restored index's forward entries, one array, read in place until compact() renumbers. */
-  private restoredForward: { readonly forward: Int32Array; readonly starts: Int32Array; readonly maxDoc: number } | null = null;
+  /** A restored index's forward entries (documents below its maxDoc), read from the state until compact() renumbers. */
+  private restoredForward: RestoredForward | null = null;
   maxDoc = 0;
   private liveCount = 0;
   private deadDocs = 0;
@@ -288,12 +289,15 @@ export class ShardIndex implements IndexView, ForwardSink {
     if (this.deadDocs >= MIN_DEAD_TO_COMPACT && this.deadDocs > this.liveCount) this.compact();
   }
 
-  /** Document d's forward entries (undefined for a deleted document). */
-  private forwardOf(d: number): Int32Array | undefined {
-    const f = this.forward[d];
-    if (f !== undefined || this.live[d] !== 1) return f;
+  /** The restored source document d's entries are read from, or null when they are in `forward` (or it is deleted). */
+  private restoredSourceOf(d: number): RestoredForward | null {
     const r = this.restoredForward;
-    return r !== null && d < r.maxDoc ? r.forward.subarray(r.starts[d], r.starts[d + 1]) : undefined;
+    return r !== null && d < r.maxDoc && this.forward[d] === undefined && this.live[d] === 1 ? r : null;
+  }
+
+  /** Document d's forward entries (undefined for a deleted document); a packed document's are decoded for this call only. */
+  private forwardOf(d: number): Int32Array | undefined {
+    return this.restoredSourceOf(d)?.entries(d) ?? this.forward[d];
   }
 
   private removeDoc(d: number): void {
@@ -478,12 +482,15 @@ export class ShardIndex implements IndexView, ForwardSink {
   exportState(): ShardIndexState {
     this.flush();
     const maxDoc = this.maxDoc;
+    // Restored documents are copied straight from their source: a packed one is decoded into the copy, not kept.
     const forwardStarts = new Int32Array(maxDoc + 1);
-    for (let d = 0; d < maxDoc; d++) forwardStarts[d + 1] = forwardStarts[d] + (this.forwardOf(d)?.length ?? 0);
+    for (let d = 0; d < maxDoc; d++) forwardStarts[d + 1] = forwardStarts[d] + (this.restoredSourceOf(d)?.length(d) ?? this.forward[d]?.length ?? 0);
     const forward = new Int32Array(forwardStarts[maxDoc]);
     for (let d = 0; d < maxDoc; d++) {
-      const f = this.forwardOf(d);
-      if (f !== undefined) forward.set(f, forwardStarts[d]);
+      const r = this.restoredSourceOf(d);
+      const f = this.forward[d];
+      if (r !== null) r.copy(d, forward, forwardStarts[d]);
+      else if (f !== undefined) forward.set(f, forwardStarts[d]);
     }
     const slotOf = (f: InvertedField | NumericField | null): number => (f === null ? -1 : f.slot);
     const dynamic: DynamicPlanState[] = [];
@@ -509,13 +516,13 @@ export class ShardIndex implements IndexView, ForwardSink {
    * The index `state` describes, for `schema`. Throws SHX_BAD_CONFIG when the state was written for
    * other declared fields (the caller rebuilds from the documents then).
    */
-  static restore(schema: CollectionSchema, state: ShardIndexState<InvertedState | PackedInvertedState>, options: ShardIndexOptions = {}): ShardIndex {
+  static restore(schema: CollectionSchema, state: ShardIndexState<InvertedState | PackedInvertedState, FlatForward | PackedForward>, options: ShardIndexOptions = {}): ShardIndex {
     const index = new ShardIndex(schema, options);
     index.load(state);
     return index;
   }
 
-  private load(state: ShardIndexState<InvertedState | PackedInvertedState>): void {
+  private load(state: ShardIndexState<InvertedState | PackedInvertedState, FlatForward | PackedForward>): void {
     const declared = this.slots.length;
     if (state.slots.length < declared) throw stateMismatch('it has fewer fields than the schema declares');
     this.slots.length = 0;
@@ -556,9 +563,9 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.live = new Uint8Array(Math.max(1024, maxDoc));
     this.live.set(state.live.subarray(0, maxDoc));
     this.ids = new Array<string | undefined>(maxDoc);
-    // Forward entries stay in the state's array, read in place (a view per document cost time and garbage at open).
+    // Forward entries stay in the state's arrays, read per document when needed (a view per document cost time and garbage at open).
     this.forward = new Array<Int32Array | undefined>(maxDoc);
-    this.restoredForward = { forward: state.forward, starts: state.forwardStarts, maxDoc };
+    this.restoredForward = 'packedForward' in state ? packedForwardSource(state, maxDoc) : flatForwardSource(state, maxDoc);
     for (let d = 0; d < maxDoc; d++) {
       if (this.live[d] !== 1) continue;
       const id = state.ids[d]!;
@@ -804,19 +811,52 @@ export interface DynamicPlanState {
   readonly number: number;
 }
 
-/** What ShardIndex.exportState() gives and restore() takes: per-document arrays have maxDoc entries. */
-export interface ShardIndexState<I extends InvertedState | PackedInvertedState = InvertedState> {
+/** What ShardIndex.exportState() gives and restore() takes: per-document arrays have maxDoc entries; `I` and `F` are flat in memory, packed in a segment file. */
+export type ShardIndexState<I extends InvertedState | PackedInvertedState = InvertedState, F extends FlatForward | PackedForward = FlatForward> = ShardIndexFields<I> & F;
+
+interface ShardIndexFields<I extends InvertedState | PackedInvertedState> {
   readonly maxDoc: number;
   readonly liveCount: number;
   readonly deadDocs: number;
   /** By document number; '' for a deleted document. */
   readonly ids: readonly string[];
   readonly live: Uint8Array;
-  /** Document d's forward entries are forward[forwardStarts[d], forwardStarts[d + 1]). */
-  readonly forwardStarts: Int32Array;
-  readonly forward: Int32Array;
   readonly slots: readonly SlotState<I>[];
   readonly dynamic: readonly DynamicPlanState[];
+}
+
+/** Where a restored index's documents' forward entries come from until compact() renumbers them. */
+interface RestoredForward {
+  /** Documents below it are in the source. */
+  readonly maxDoc: number;
+  length(d: number): number;
+  /** Document d's entries: a view of a flat source, a fresh decode of a packed one. */
+  entries(d: number): Int32Array;
+  copy(d: number, out: Int32Array, at: number): void;
+}
+
+/** One array (a state merged in memory): a document costs a subarray. */
+function flatForwardSource(f: FlatForward, maxDoc: number): RestoredForward {
+  const entries = (d: number): Int32Array => f.forward.subarray(f.forwardStarts[d], f.forwardStarts[d + 1]);
+  return { maxDoc, length: (d) => f.forwardStarts[d + 1] - f.forwardStarts[d], entries, copy: (d, out, at) => out.set(entries(d), at) };
+}
+
+/**
+ * Packed bytes (a segment file): a document is decoded each time it is read (a delete, an export
+ * to merge), into an array dropped after the call. compact() is the exception: it renumbers every
+ * live document's term ids, so it keeps them decoded in chunks, as for documents added since open.
+ */
+function packedForwardSource(p: PackedForward, maxDoc: number): RestoredForward {
+  return {
+    maxDoc,
+    length: (d) => forwardLength(p, d),
+    entries: (d) => {
+      const out = new Int32Array(forwardLength(p, d));
+      unpackForwardInto(p, d, out, 0);
+      return out;
+    },
+    copy: (d, out, at) => unpackForwardInto(p, d, out, at),
+  };
 }
 
 function stateMismatch(why: string): ShardexError {
