@@ -41,7 +41,7 @@ async function ingest(urls, count) {
 }
 
 /** kill -9 every node, start them all again; ms until settled and a search counts `expected` documents. */
-async function restartAll(cluster, expected) {
+async function restartAll(cluster, expected, timeline = false) {
   const names = cluster.nodes.map((n, i) => `n${i + 1}`);
   // A replica marked down while the documents went in recovers at the restart (a peer sync of
   // what it missed): say so, since it is part of what the restart then costs.
@@ -77,11 +77,30 @@ async function restartAll(cluster, expected) {
       log(`    ${n.name ?? names[i]} +${at} s ${e.msg} ${e.replica ?? ''} ${['docs', 'indexMs', 'loadMs', 'replayed', 'method', 'applied', 'reverted'].filter((k) => e[k] !== undefined).map((k) => `${k}=${e[k]}`).join(' ')}`);
     }
   }
+  if (timeline) {
+    // Every line the nodes logged since the kill, in time order (--timeline): where a restart waits.
+    const rows = [];
+    for (const [i, n] of cluster.nodes.entries()) {
+      for (const line of n.output()) {
+        let e;
+        try {
+          e = JSON.parse(line);
+        } catch {
+          continue;
+        }
+        const at = e.time - (Date.now() - (performance.now() - t0));
+        if (at < 0) continue;
+        const { level, time, pid, hostname, msg, node, ...rest } = e;
+        rows.push([at, `    ${(at / 1000).toFixed(2).padStart(6)} s ${n.name ?? names[i]} ${msg} ${JSON.stringify(rest).slice(0, 160)}`]);
+      }
+    }
+    for (const [, text] of rows.sort((a, b) => a[0] - b[0])) log(text);
+  }
   return ms;
 }
 
 export async function run(rest) {
-  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000 });
+  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000, timeline: 'no' });
   // The nodes log at info, so that each replica's open and recovery can be printed.
   process.env.SHARDEX_LOG_LEVEL ??= 'info';
   const sizes = String(a.docs).split(',').map(Number);
@@ -97,7 +116,7 @@ export async function run(rest) {
       log(`  empty: up and searchable in ${(empty / 1000).toFixed(1)} s; indexing ${fmt(n)} documents ...`);
       await ingest(cluster.urls, n);
       log('  kill -9 every node and restart ...');
-      const full = await restartAll(cluster, n);
+      const full = await restartAll(cluster, n, a.timeline === 'yes');
       log(`  ${fmt(n)} documents: up and searchable in ${(full / 1000).toFixed(1)} s`);
       rows.push({ n, full, empty });
     } finally {

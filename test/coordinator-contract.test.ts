@@ -910,6 +910,28 @@ function contract(name: string, makeHarness: () => Harness): void {
         expect((await queue('c', 'shard1')).map((q) => q.node)).toEqual(['n1']);
         expect(await leaderZNode('c', 'shard1')).toEqual({ node: 'n1', epoch: 2 });
       });
+      it('a restarted node drops its earlier session\'s candidacies at start: a peer that opens first leads without waiting for it', async () => {
+        const a = await member('n1');
+        const b = await member('n2');
+        await allSee(['n1', 'n2'], a, b);
+        await a.coord.createCollection(spec('c', 1, 2));
+        await a.coord.joinElection('c', 'shard1', new Candidate('n1 (old)'));
+        await b.coord.joinElection('c', 'shard1', new Candidate('n2 (old)'));
+        expect((await queue('c', 'shard1')).map((q) => q.node)).toEqual(['n1', 'n2']);
+        // kill -9 of both: their sessions, and their candidacies, live on until they time out.
+        await harness.partition(a.session);
+        await harness.partition(b.session);
+
+        // n1 starts again but has not joined (its replica is still opening); n2 joins.
+        await member('n1');
+        expect((await queue('c', 'shard1')).map((q) => q.node)).toEqual(['n2']);
+        const n2 = await member('n2');
+        const cand = new Candidate('n2 (restarted)');
+        await n2.coord.joinElection('c', 'shard1', cand);
+        expect(cand.epochs).toEqual([2]);
+        expect(await leaderZNode('c', 'shard1')).toEqual({ node: 'n2', epoch: 2 });
+      });
+
       it('a joinElection that failed (no such collection) may be retried, and then the candidate leads', async () => {
         const n1 = await member('n1');
         const cand = new Candidate('n1');

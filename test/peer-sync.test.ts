@@ -21,14 +21,24 @@ async function replicaIn(name: string): Promise<ShardReplica> {
 const V = epochBase(1);
 const op = (id: string, n: number, doc: 'live' | 'deleted' = 'live'): UpdateOp => ({ id, version: V + n, doc: doc === 'live' ? { id, n } : null });
 
+interface Counts {
+  entries: number;
+  versions: number;
+  digests?: number;
+}
+
 /** A sync source over a store in this process, counting what it transfers. */
-function sourceOf(peer: ShardReplica, counts: { entries: number; versions: number }): SyncSource {
+function sourceOf(peer: ShardReplica, counts: Counts): SyncSource {
   return {
     info: async (): Promise<PeerLogInfo> => ({ maxVersion: peer.store.maxVersion, trimmedThrough: peer.store.trimmedThrough, epoch: 1, leading: true }),
     logVersions: async (after, limit) => {
       const v = await peer.store.logVersionsAfter(after, limit);
       counts.versions += v.length;
       return v;
+    },
+    logDigest: async (after, upto) => {
+      counts.digests = (counts.digests ?? 0) + 1;
+      return peer.store.logDigest(after, upto);
     },
     logEntries: async (versions) => {
       const e = await peer.store.logEntries(versions);
@@ -62,7 +72,7 @@ describe('peer sync', () => {
     await replica.apply(ops.filter((_, i) => !missed.has(i + 1)));
     await leader.apply([op('d7', 2001, 'deleted')]);
 
-    const counts = { entries: 0, versions: 0 };
+    const counts: Counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
 
@@ -85,11 +95,43 @@ describe('peer sync', () => {
     const ops = Array.from({ length: 300 }, (_, i) => op(`d${i % 120}`, i + 1, i % 7 === 0 ? 'deleted' : 'live'));
     await leader.apply(ops);
     await replica.apply(order === 'in order' ? ops : [...ops].reverse());
-    const counts = { entries: 0, versions: 0 };
+    const counts: Counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
     expect(report.applied).toBe(0);
     expect(counts.entries).toBe(transferred);
+    // Logs that agree are compared by their digests alone; others version by version.
+    expect(counts.digests).toBe(1);
+    expect(counts.versions).toBe(order === 'in order' ? 0 : 300);
+    expect(await contents(replica)).toEqual(await contents(leader));
+  });
+
+  it('lists only the versions after the replica newest when the logs agree up to it', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    const ops = Array.from({ length: 1000 }, (_, i) => op(`d${i % 400}`, i + 1));
+    await leader.apply(ops);
+    await replica.apply(ops.slice(0, 990));
+    const counts: Counts = { entries: 0, versions: 0 };
+    const source = sourceOf(leader, counts);
+    const report = await syncFrom(replica, source, await source.info());
+    expect(report).toEqual({ method: 'peer-sync', applied: 10, copied: 0, reverted: 0 });
+    expect(counts.versions).toBe(10);
+    expect(await contents(replica)).toEqual(await contents(leader));
+  });
+
+  it('compares in full two logs of the same length that hold different versions', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    await leader.apply([op('a', 1), op('b', 2), op('c', 3), op('d', 5)]);
+    // Same count up to the replica newest version (3 entries), not the same versions: a deposed
+    // leader's write (4) where the leader holds 3.
+    await replica.apply([op('a', 1), op('b', 2), op('x', 4)]);
+    const counts: Counts = { entries: 0, versions: 0 };
+    const source = sourceOf(leader, counts);
+    const report = await syncFrom(replica, source, await source.info());
+    expect(report).toEqual({ method: 'peer-sync', applied: 2, copied: 0, reverted: 1 });
+    expect(counts.versions).toBe(4);
     expect(await contents(replica)).toEqual(await contents(leader));
   });
 
@@ -103,7 +145,7 @@ describe('peer sync', () => {
     // The new leader's own write of `b` with a version the replica also lacks.
     await leader.apply([op('b', 5)]);
 
-    const counts = { entries: 0, versions: 0 };
+    const counts: Counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
     expect(report.method).toBe('peer-sync');
@@ -121,7 +163,7 @@ describe('peer sync', () => {
     const leader = await replicaIn('leader');
     const replica = await replicaIn('replica');
     await leader.apply(Array.from({ length: 50 }, (_, i) => op(`d${i}`, i + 1)));
-    const counts = { entries: 0, versions: 0 };
+    const counts: Counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
     expect(report.applied).toBe(50);

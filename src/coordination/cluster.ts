@@ -101,6 +101,10 @@ export class ClusterCoordinator implements Coordinator {
     // Read the cluster first, so that the node can publish its replicas' state before anyone
     // sees it live.
     await Promise.all([this.watchLiveNodes(), this.watchCollections()]);
+    // A restarted node's earlier session (killed before it expired) may still hold candidacies:
+    // gone now, the shards elect among the replicas that open, rather than wait for the slowest
+    // of them (which would delete its own at its open) or for the old session's expiry.
+    if (self) await this.dropStaleCandidacies();
     await beforeLive?.();
     await this.registerLive();
     await this.watchLiveNodes();
@@ -491,10 +495,7 @@ export class ClusterCoordinator implements Coordinator {
       // Drop candidacies left by an earlier incarnation of this node (so that a restarted node
       // does not wait behind its own dead session), and by this session: a create whose answer
       // was lost, a delete that got none.
-      for (const child of await this.store.children(dir)) {
-        const d = await this.store.get(`${dir}/${child}`);
-        if (d && d.data.toString('utf8') === me) await this.forget(`${dir}/${child}`);
-      }
+      await this.dropOwnCandidacies(dir);
       path = await this.store.create(`${dir}/n_`, Buffer.from(me), 'ephemeral_sequential');
     } finally {
       e.entering = false;
@@ -508,6 +509,28 @@ export class ClusterCoordinator implements Coordinator {
     e.path = path;
     this.log[e.unfit ? 'debug' : 'info']({ collection: e.collection, shard: e.shard, candidacy: path }, 'entered the election queue');
     await this.checkElection(e);
+  }
+
+  /** Deletes every candidacy in the election queue `dir` that names this node. */
+  private async dropOwnCandidacies(dir: string): Promise<void> {
+    const me = this.selfInfo!.name;
+    for (const child of await this.store.children(dir)) {
+      const d = await this.store.get(`${dir}/${child}`);
+      if (d && d.data.toString('utf8') === me) await this.forget(`${dir}/${child}`);
+    }
+  }
+
+  /** At start, before any election is joined: drops this node's candidacies of an earlier session in every shard's queue. */
+  private async dropStaleCandidacies(): Promise<void> {
+    const dirs = [...this.states].flatMap(([c, state]) => state.shards.map((s) => `/collections/${c}/leader_elect/${s.name}`));
+    await Promise.all(
+      dirs.map((dir) =>
+        this.dropOwnCandidacies(dir).catch((err: Error) => {
+          // Missing queue (a collection being deleted) or coordination gone: enterQueue tries again.
+          this.log.debug({ dir, err: err.message }, 'could not drop stale candidacies at start');
+        }),
+      ),
+    );
   }
 
   /** Deletes a candidacy of this session; one whose delete gets no answer is deleted on reconnect. */

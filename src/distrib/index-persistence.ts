@@ -163,10 +163,15 @@ export class PersistedIndex extends SearchIndexBinding {
     return { index: p, report: { method: 'rebuilt', ...(problem !== undefined && { problem }), replayed, segments: p.index.segments.length, segmentBytes: written, ms: ms() } };
   }
 
-  /** Writes a checkpoint when the policy says so, then starts a merge if one is due; returns whether it wrote. */
-  async maybeCheckpoint(now = Date.now()): Promise<boolean> {
+  /**
+   * Writes a checkpoint when the policy says so, then starts a merge if one is due; returns
+   * whether it wrote. Without `byAge` (a replica still recovering, whose CPU goes to catching
+   * up) only the count of changes makes one due, not their age.
+   */
+  async maybeCheckpoint(now = Date.now(), { byAge = true }: { byAge?: boolean } = {}): Promise<boolean> {
     if (!this.hasWork()) return false;
-    const due = this.index.unsealedChanges >= this.policy.maxChanges || now - this.lastCheckpointAt >= this.policy.maxAgeMs || this.dirty || this.hasUnwritten();
+    const old = byAge && now - this.lastCheckpointAt >= this.policy.maxAgeMs;
+    const due = this.index.unsealedChanges >= this.policy.maxChanges || old || this.dirty || this.hasUnwritten();
     if (!due) return false;
     await this.checkpoint();
     void this.merge();

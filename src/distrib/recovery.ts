@@ -6,7 +6,7 @@
 // entry the peer does not hold (a deposed leader's write that nobody acknowledged) is replaced
 // by the peer's entry for that id, or removed. Applying is idempotent: the per-id version rule of the
 // replica store drops whatever we already have.
-import type { ReplicaStore, StoredEntry } from '../ulog/index.js';
+import type { LogDigest, ReplicaStore, StoredEntry } from '../ulog/index.js';
 import type { ShardReplica } from './replica.js';
 import { epochBase, epochOf } from './shard-state.js';
 
@@ -36,6 +36,8 @@ export interface SyncSource {
   info(): Promise<PeerLogInfo>;
   /** The versions in the peer's log after `after`, oldest first, at most `limit` (no documents). */
   logVersions(after: number, limit: number): Promise<number[]>;
+  /** The digest of the peer's log versions in (`after`, `upto`]. */
+  logDigest(after: number, upto: number): Promise<LogDigest>;
   /** The peer's log entries of these versions (those its log still holds). */
   logEntries(versions: readonly number[]): Promise<StoredEntry[]>;
   /** The peer's current entries (tombstones included) of these ids; undefined where it has none. */
@@ -94,22 +96,33 @@ async function listAll(from: number, page: (after: number, limit: number) => Pro
 
 /** What a comparison of the two logs after `from` found. */
 export interface LogComparison {
-  /** The peer's log versions after `from`. */
+  /** The peer's log versions after `from` (after the point up to which the two logs agree). */
   readonly theirs: ReadonlySet<number>;
-  /** Our log versions after `from` (before the missing ones were applied). */
+  /** Our log versions after the same point (before the missing ones were applied). */
   readonly ours: readonly number[];
   /** Entries of the peer's log we did not hold, applied. */
   readonly applied: number;
 }
 
+/** Our newest version when both logs hold the same versions from `from` up to it; else `from`. */
+async function agreedThrough(replica: ShardReplica, source: SyncSource, from: number): Promise<number> {
+  const localMax = replica.store.maxVersion;
+  if (localMax <= from) return from;
+  const [theirs, ours] = await Promise.all([source.logDigest(from, localMax), replica.store.logDigest(from, localMax)]);
+  return theirs.count === ours.count && theirs.hash === ours.hash ? localMax : from;
+}
+
 /**
  * Peer sync: compares the versions of the two logs after `from` (keys only) and fetches and
  * applies only the peer's entries our log lacks. A replica that restarts with what its leader
- * has transfers a list of versions, not the documents of the reorder window.
+ * has transfers a list of versions, not the documents of the reorder window. First the two logs
+ * up to our newest version are compared by digest (Solr's fingerprint): when they agree, only
+ * the versions after it are listed.
  */
 export async function peerSync(replica: ShardReplica, source: SyncSource, from: number, progress?: RecoveryProgress): Promise<LogComparison> {
-  const theirs = await listAll(from, (after, limit) => source.logVersions(after, limit));
-  const ours = await listAll(from, (after, limit) => replica.store.logVersionsAfter(after, limit));
+  const start = await agreedThrough(replica, source, from);
+  const theirs = await listAll(start, (after, limit) => source.logVersions(after, limit));
+  const ours = await listAll(start, (after, limit) => replica.store.logVersionsAfter(after, limit));
   const have = new Set(ours);
   const missing = theirs.filter((v) => !have.has(v));
   let applied = 0;

@@ -16,7 +16,7 @@ import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type
 import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type RecoveryProgress, type SyncSource } from '../distrib/recovery.js';
 import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
 import { Deadline, nodeRetryBackoff, retry, type BackoffPolicy } from '../distrib/retry.js';
-import { MAX_REQUEST_TIMEOUT_MS } from '../distrib/deadline.js';
+import { MAX_REQUEST_TIMEOUT_MS, sleep } from '../distrib/deadline.js';
 import { UpdateProcessor, routerOf, type UpdateResponse } from '../distrib/update-processor.js';
 import { ShardexError } from '../errors.js';
 import { READ_BALANCE_CONFIG, PriorityName, eraseSettings, parseStoredSettings, storedSettings, upsertSetting } from '../read/balance-settings.js';
@@ -27,7 +27,7 @@ import { DEFAULT_GROUP } from '../read/profiles.js';
 import { ReadPath, ReaderGroupRouters, type ReadOptions as PathReadOptions, type ReadTransport } from '../read/read-path.js';
 import { ReaderSelector } from '../read/selector.js';
 import { Mutex } from '../distrib/mutex.js';
-import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type StoreWrite, type StoredEntry } from '../ulog/index.js';
+import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Durability, type LogDigest, type StoreWrite, type StoredEntry } from '../ulog/index.js';
 import { PeerClients, PeerServer, portError, type TlsMaterial } from '../transport/index.js';
 import { buildHttp, type HttpOptions } from './http/app.js';
 import { readAccessOf } from './http/auth.js';
@@ -291,6 +291,7 @@ export class ShardexNode {
           const replica = this.localReplica(r.collection, r.shard);
           // A dirty replica holds writes nobody acknowledged: no new leader may take them from it.
           if (replica.health === 'dirty') throw new ShardexError('SHX_RECOVERING', `${this.name}'s replica of ${replica.key} is recovering from a deposed leadership; sync from another replica`);
+          if (r.digest) return replica.store.logDigest(r.after, r.upto ?? replica.store.maxVersion);
           if (r.versionsOnly) return replica.store.logVersionsAfter(r.after, Math.min(r.limit, 100_000), r.upto);
           if (r.only) return replica.store.logEntries(r.only.filter((v) => v > r.after && (r.upto === undefined || v <= r.upto)));
           return replica.store.updatesAfter(r.after, Math.min(r.limit, 10_000), r.upto);
@@ -344,7 +345,7 @@ export class ShardexNode {
       for (const r of this.replicas.values()) {
         if (this.stopped) return;
         if (!(r.index instanceof PersistedIndex)) continue;
-        await r.index.maybeCheckpoint().catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment; the next check tries again'));
+        await r.index.maybeCheckpoint(Date.now(), { byAge: !r.recovering }).catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment; the next check tries again'));
       }
     } finally {
       this.checkpointing = false;
@@ -523,11 +524,14 @@ export class ShardexNode {
     return replica;
   }
 
+  /** The state `node`'s replica of the shard has in the cluster state. */
+  private replicaState(collection: string, shard: string, node: string): string | undefined {
+    return this.coordinator.collection(collection)?.shards.find((s) => s.name === shard)?.replicas.find((r) => r.node === node)?.state;
+  }
+
   private onPeerVersions(req: ShardRef & { replica?: string }): PeerLogInfo {
     const replica = this.localReplica(req.collection, req.shard);
-    const state = req.replica
-      ? this.coordinator.collection(req.collection)?.shards.find((s) => s.name === req.shard)?.replicas.find((r) => r.node === req.replica)?.state
-      : undefined;
+    const state = req.replica ? this.replicaState(req.collection, req.shard, req.replica) : undefined;
     const commit = replica.store.lastCommit;
     return {
       maxVersion: replica.store.maxVersion,
@@ -557,6 +561,7 @@ export class ShardexNode {
     return {
       info: () => this.peers.call<PeerLogInfo>(node, 'versions', { collection, shard, replica: this.name }),
       logVersions: (after, limit) => this.peers.call<number[]>(node, 'updatesAfter', { collection, shard, after, limit, versionsOnly: true }),
+      logDigest: (after, upto) => this.peers.call<LogDigest>(node, 'updatesAfter', { collection, shard, after, upto, limit: 1, digest: true }),
       logEntries: (versions) => this.peers.call<StoredEntry[]>(node, 'updatesAfter', { collection, shard, after: 0, limit: versions.length || 1, only: versions }),
       entries: async (ids) => (await this.peers.call<Array<StoredEntry | null>>(node, 'get', { collection, shard, ids })).map((e) => e ?? undefined),
       copy: () => this.peers.streamCall<StoredEntry[]>(node, 'copyShard', { collection, shard }),
@@ -625,17 +630,34 @@ export class ShardexNode {
         async () => {
           const leader = await this.otherLeader(replica, current);
           if (leader === undefined) return;
+          const source = this.syncSource(leader, collection, shard);
+          // After every node restarted, the leader on record is the one before the restart until
+          // an election replaces it: recovering from it would wait for its open, and a replica
+          // that recovers may not stand. So the replica stays a candidate until its leader leads.
+          if (!(await source.info()).leading) {
+            const recorded = this.coordinator.leader(collection, shard)?.epoch;
+            await this.waitFor(() => !current() || this.coordinator.leader(collection, shard)?.epoch !== recorded || this.replicaState(collection, shard, leader) === 'active', 1000).catch(() => undefined);
+            throw new ShardexError('SHX_NOT_LEADER', `${leader} does not lead ${replica.key} yet`);
+          }
+          const t0 = performance.now();
           replica.step({ type: 'recoveryStarted' });
           await this.coordinator.setReplicaState(collection, shard, this.name, 'recovering');
-          const source = this.syncSource(leader, collection, shard);
-          const info = await source.info();
+          // The leader learns of the new state by its watch: asked again shortly until it has.
+          let info = await source.info();
+          for (let i = 0; info.replicaState === 'down' && i < SEE_RECOVERING_POLLS && current(); i++) {
+            await sleep(SEE_RECOVERING_POLL_MS, this.lifetimeAbort.signal);
+            info = await source.info();
+          }
           if (info.replicaState === 'down') throw new ShardexError('SHX_RECOVERING', `leader ${leader} does not see ${this.name} recovering yet`);
+          const t1 = performance.now();
           const report = await syncFrom(replica, source, info, this.recoveryProgress(replica));
+          const t2 = performance.now();
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
           this.m.recoveries.inc({ method: report.method });
           replica.step({ type: 'recoveryFinished' });
-          this.log.info({ replica: replica.key, leader, ...report }, 'replica recovered');
+          const ms = (a: number, b: number): number => Math.round(b - a);
+          this.log.info({ replica: replica.key, leader, ...report, ms: ms(t0, performance.now()), seenMs: ms(t0, t1), syncMs: ms(t1, t2) }, 'replica recovered');
         },
         { maxRetries: Infinity, backoff: RECOVERY_BACKOFF, retryable: current },
         { deadline: this.lifetime, onRetry: (err, attempt) => this.log.warn({ replica: replica.key, attempt, err: (err as Error).message }, 'recovery attempt failed; retrying') },
@@ -1179,6 +1201,9 @@ function balanceInfo(permit: ReadPermit): ReadBalanceInfo | undefined {
 
 /** Pauses between recovery attempts, and between tries to catch up with a new leader (the shared linear backoff, with jitter). */
 const RECOVERY_BACKOFF = nodeRetryBackoff(100, 2000);
+/** How often, and how many times, a recovery asks its leader again whether it sees the replica recovering. */
+const SEE_RECOVERING_POLL_MS = 25;
+const SEE_RECOVERING_POLLS = 40;
 const CATCH_UP_BACKOFF = nodeRetryBackoff(50, 1000);
 /** Tries after the first to catch up with a new leader (about 90 s of pauses). */
 const CATCH_UP_RETRIES = 99;

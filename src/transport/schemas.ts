@@ -42,13 +42,15 @@ export const CommitRequest = ShardRef;
 export const VersionsRequest = ShardRef.extend({ replica: name.optional() });
 /**
  * The update log after `after`: its entries (default), only their versions (`versionsOnly`: what
- * peer sync compares with its own log), or only the entries of the versions in `only`.
+ * peer sync compares with its own log), their digest (`digest`: count and hash of the versions up
+ * to `upto`), or only the entries of the versions in `only`.
  */
 export const UpdatesAfterRequest = ShardRef.extend({
   after: z.number().nonnegative(),
   limit: z.number().int().min(1),
   upto: z.number().nonnegative().optional(),
   versionsOnly: z.boolean().optional(),
+  digest: z.boolean().optional(),
   only: z.array(z.number().nonnegative()).max(10_000).optional(),
 });
 export const CopyShardRequest = ShardRef.extend({ commit: z.boolean().optional() });

@@ -15,6 +15,7 @@
 // together in the next batch, so that concurrent requests share one sync. With durability
 // `request` every batch is synced (LevelDB `sync: true`) before its applies resolve, so a replica
 // that answers an update has it on disk; with `async` batches are synced every syncIntervalMs.
+import { createHash } from 'node:crypto';
 import { Level } from 'level';
 import { ShardexError } from '../errors.js';
 
@@ -30,6 +31,13 @@ export interface UpdateOp {
 }
 
 export interface StoredEntry extends UpdateOp {}
+
+/** The versions of a stretch of the update log, summed up: two logs with the same digest hold the same versions there. */
+export interface LogDigest {
+  readonly count: number;
+  /** SHA-256 of the versions in order (base64). */
+  readonly hash: string;
+}
 
 export interface CommitPoint {
   readonly version: number;
@@ -110,6 +118,8 @@ const FORMAT = 'm:format';
 const FORMAT_VERSION = '2';
 const VERSION_WIDTH = 16;
 
+/** Log keys per read while digesting the log. */
+const DIGEST_PAGE = 10_000;
 export const logKey = (version: number): string => LOG + String(version).padStart(VERSION_WIDTH, '0');
 const docKey = (id: string): string => DOC + id;
 
@@ -667,6 +677,28 @@ export class ReplicaStore {
     const range = upto === undefined ? { gt: logKey(after), lt: LOG + ':', limit } : { gt: logKey(after), lte: logKey(upto), limit };
     for await (const key of this.db.keys(range)) out.push(Number(key.slice(1)));
     return out;
+  }
+
+  /**
+   * The digest of the log's versions in (`after`, `upto`]: what peer sync compares before it lists
+   * them (Solr's fingerprint). Keys only, read in pages; nothing but the digest is kept.
+   */
+  async logDigest(after: number, upto: number): Promise<LogDigest> {
+    const hash = createHash('sha256');
+    let count = 0;
+    if (upto > after) {
+      // Keys have one width: their concatenation is unambiguous.
+      const it = this.db.keys({ gt: logKey(after), lte: logKey(upto) });
+      try {
+        for (let page = await it.nextv(DIGEST_PAGE); page.length > 0; page = await it.nextv(DIGEST_PAGE)) {
+          hash.update(page.join(''));
+          count += page.length;
+        }
+      } finally {
+        await it.close();
+      }
+    }
+    return { count, hash: hash.digest('base64') };
   }
 
   /** The log entries of exactly these versions (those the log holds), in the order given. */
