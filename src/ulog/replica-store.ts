@@ -15,9 +15,9 @@
 // together in the next batch, so that concurrent requests share one sync. With durability
 // `request` every batch is synced (LevelDB `sync: true`) before its applies resolve, so a replica
 // that answers an update has it on disk; with `async` batches are synced every syncIntervalMs.
-import { createHash } from 'node:crypto';
 import { Level } from 'level';
 import { ShardexError } from '../errors.js';
+import { decodeSum, encodeSum, LogSums, sumOf, type BucketSum, type Digest } from './log-sums.js';
 
 export type Doc = Record<string, unknown>;
 
@@ -33,11 +33,7 @@ export interface UpdateOp {
 export interface StoredEntry extends UpdateOp {}
 
 /** The versions of a stretch of the update log, summed up: two logs with the same digest hold the same versions there. */
-export interface LogDigest {
-  readonly count: number;
-  /** SHA-256 of the versions in order (base64). */
-  readonly hash: string;
-}
+export type LogDigest = Digest;
 
 export interface CommitPoint {
   readonly version: number;
@@ -105,6 +101,11 @@ const SYNC_MARK = 'm:sync';
 const COUNT = 'm:count';
 /** The update log's entries, written with every batch that adds some, so that opening never counts them. */
 const LOG_COUNT = 'm:logcount';
+/** Sums of the log's versions per bucket (log-sums.ts): h<bucket, 16 digits> -> sum, written with every batch that changes the log. */
+const SUMS = 'h';
+const sumKey = (bucket: number): string => SUMS + String(bucket).padStart(VERSION_WIDTH, '0');
+/** Present once the bucket sums cover the whole log (stores written before them are summed once at open). */
+const SUMS_KEPT = 'm:logsums';
 /** Tombstones by the time they were written: t<ms, 16 digits><id> -> version (for the purge). */
 const TOMB = 't';
 const tombKey = (at: number, id: string): string => TOMB + String(at).padStart(VERSION_WIDTH, '0') + id;
@@ -118,10 +119,17 @@ const FORMAT = 'm:format';
 const FORMAT_VERSION = '2';
 const VERSION_WIDTH = 16;
 
-/** Log keys per read while digesting the log. */
-const DIGEST_PAGE = 10_000;
+/** Log keys per read while summing a stretch of the log. */
+const SCAN_PAGE = 10_000;
 export const logKey = (version: number): string => LOG + String(version).padStart(VERSION_WIDTH, '0');
 const docKey = (id: string): string => DOC + id;
+
+/** The writes that record changed bucket sums (an emptied bucket's key goes). */
+function sumOps(sums: ReadonlyMap<number, BucketSum>): BatchOp[] {
+  const ops: BatchOp[] = [];
+  for (const [bucket, sum] of sums) ops.push(sum.count === 0 ? { type: 'del', key: sumKey(bucket) } : { type: 'put', key: sumKey(bucket), value: encodeSum(sum) });
+  return ops;
+}
 
 /** An op's document as JSON text: the text it carries, else serialized now; undefined for a delete. */
 export function docText(op: { readonly doc: Doc | null; readonly text?: string }): string | undefined {
@@ -171,6 +179,8 @@ interface PendingBatch {
   readonly changed: string[];
   /** Called once the batch is on disk and the sink was told (see atDurablePoint). */
   readonly after: Array<(seq: number) => void>;
+  readonly logAdded: number[];
+  readonly logRemoved: number[];
   sync: boolean;
   applies: number;
   done: Promise<void>;
@@ -181,6 +191,9 @@ interface GroupExtras {
   readonly applied?: readonly UpdateOp[];
   readonly changed?: readonly string[];
   readonly after?: (seq: number) => void;
+  /** Log entries the batch removes, and adds beside `versions` (reconcile). */
+  readonly logRemoved?: readonly number[];
+  readonly logAdded?: readonly number[];
 }
 
 /** Told, in order, what each batch applied once it is on disk (deletes as ops with doc null). */
@@ -203,6 +216,8 @@ export class ReplicaStore {
   private purgeTimer: NodeJS.Timeout | undefined;
   private liveDocs = 0;
   private logCount = 0;
+  /** The log's versions summed per bucket (digests for peer sync). */
+  private readonly sums = new LogSums();
   private maxVersionSeen = 0;
   private writeChain: Promise<unknown> = Promise.resolve();
   private commitPoint: CommitPoint | undefined;
@@ -280,16 +295,24 @@ export class ReplicaStore {
   /** Reads what the store needs at open: bounded by the log's retention, not by the documents. */
   private async load(): Promise<void> {
     const logCount = await this.db.get(LOG_COUNT);
-    if (logCount !== undefined) {
+    if (logCount !== undefined && (await this.db.get(SUMS_KEPT)) !== undefined) {
       this.logCount = Number(logCount);
       for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) this.maxVersionSeen = Number(key.slice(1));
-    } else {
-      // Written before the count was kept: counted once (the next batch records it).
-      for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':' })) {
-        this.logCount++;
-        const v = Number(key.slice(1));
-        if (v > this.maxVersionSeen) this.maxVersionSeen = v;
+      for (const [key, value] of await this.db.iterator({ gte: SUMS, lt: SUMS + ':' }).all()) {
+        const sum = decodeSum(value);
+        if (sum === undefined) throw new ShardexError('SHX_INTERNAL', `the update log's sums in ${key} are damaged`);
+        this.sums.set(Number(key.slice(1)), sum);
       }
+    } else {
+      // Written before the count or the sums were kept: counted and summed once (bounded by the
+      // log's retention), and both recorded.
+      const versions: number[] = [];
+      for (const key of await this.db.keys({ gte: LOG, lt: LOG + ':' }).all()) versions.push(Number(key.slice(1)));
+      this.logCount = versions.length;
+      if (versions.length > 0) this.maxVersionSeen = versions[versions.length - 1]!;
+      const sums = this.sums.preview(versions);
+      await this.db.batch([...sumOps(sums), { type: 'put', key: LOG_COUNT, value: String(this.logCount) }, { type: 'put', key: SUMS_KEPT, value: '1' }], { sync: true });
+      this.sums.commit(sums);
     }
     const t = await this.db.get(TRIMMED);
     if (t !== undefined) this.trimmed = Number(t);
@@ -526,7 +549,7 @@ export class ReplicaStore {
   private enqueue(batch: BatchOp[], sync: boolean, versions: readonly number[], extras: GroupExtras = {}): Promise<void> {
     let p = this.pending;
     if (p === undefined) {
-      const group: PendingBatch = { ops: [], versions: [], applied: [], changed: [], after: [], sync: false, applies: 0, done: undefined as unknown as Promise<void> };
+      const group: PendingBatch = { ops: [], versions: [], applied: [], changed: [], after: [], logAdded: [], logRemoved: [], sync: false, applies: 0, done: undefined as unknown as Promise<void> };
       group.done = this.writeChain.then(() => this.writeGroup(group));
       this.writeChain = group.done.catch(() => undefined);
       this.pending = p = group;
@@ -536,6 +559,8 @@ export class ReplicaStore {
     if (extras.applied) for (const op of extras.applied) p.applied.push(op);
     if (extras.changed) for (const id of extras.changed) p.changed.push(id);
     if (extras.after) p.after.push(extras.after);
+    if (extras.logAdded) for (const v of extras.logAdded) p.logAdded.push(v);
+    if (extras.logRemoved) for (const v of extras.logRemoved) p.logRemoved.push(v);
     p.sync ||= sync;
     p.applies++;
     return p.done;
@@ -547,6 +572,8 @@ export class ReplicaStore {
     const ops = group.ops.length > 0 ? group.ops : [{ type: 'put' as const, key: SYNC_MARK, value: String(Date.now()) }];
     let seq = this.appliedSeq;
     if (group.versions.length > 0) ops.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount + group.versions.length) });
+    const sums = this.sums.preview(group.logAdded.length > 0 ? [...group.versions, ...group.logAdded] : group.versions, group.logRemoved);
+    ops.push(...sumOps(sums));
     if (this.journal && group.changed.length > 0) {
       seq = ++this.seq;
       ops.push({ type: 'put', key: changeKey(seq), value: JSON.stringify(group.changed) }, { type: 'put', key: SEQ, value: String(seq) });
@@ -558,6 +585,7 @@ export class ReplicaStore {
       throw err;
     }
     // Synchronously, in group order: the sink's state is exactly the batches up to appliedSeq.
+    this.sums.commit(sums);
     if (group.applied.length > 0) this.sink?.(group.applied);
     this.appliedSeq = seq;
     for (const after of group.after) after(seq);
@@ -585,7 +613,8 @@ export class ReplicaStore {
       await this.remember(items.map((i) => i.id));
       const batch: BatchOp[] = [];
       const changed: Reconcile[] = [];
-      let logDelta = 0;
+      const logAdded: number[] = [];
+      const logRemoved: number[] = [];
       for (const { id, leader } of items) {
         const cur = this.known.get(id) ?? NONE;
         if (cur.version !== 0 && sinceSync(cur.version)) continue;
@@ -593,7 +622,7 @@ export class ReplicaStore {
         // (A version older than the log's trim point has no entry left to remove.)
         if (cur.version > this.trimmed) {
           batch.push({ type: 'del', key: logKey(cur.version) });
-          logDelta--;
+          logRemoved.push(cur.version);
         }
         if (leader === undefined) {
           batch.push({ type: 'del', key: docKey(id) });
@@ -602,7 +631,7 @@ export class ReplicaStore {
         } else {
           const text = encodeEntry(leader);
           // The leader's version may be in our log already (an older version of ours it kept).
-          if ((await this.db.get(logKey(leader.version))) === undefined) logDelta++;
+          if ((await this.db.get(logKey(leader.version))) === undefined) logAdded.push(leader.version);
           batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
           this.setKnown(id, { version: leader.version, live: leader.doc !== null });
           if (leader.doc !== null && !cur.live) this.liveDocs++;
@@ -612,10 +641,10 @@ export class ReplicaStore {
       }
       if (batch.length === 0) return changed;
       batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
-      this.logCount = Math.max(0, this.logCount + logDelta);
+      this.logCount = Math.max(0, this.logCount + logAdded.length - logRemoved.length);
       batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
       const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
-      await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id) });
+      await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
       // Trimming drops the oldest entries only, so the newest version is the newest log key.
       let max = this.trimmed;
       for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) max = Math.max(max, Number(key.slice(1)));
@@ -681,24 +710,23 @@ export class ReplicaStore {
 
   /**
    * The digest of the log's versions in (`after`, `upto`]: what peer sync compares before it lists
-   * them (Solr's fingerprint). Keys only, read in pages; nothing but the digest is kept.
+   * them (Solr's fingerprint). The bucket sums serve the whole buckets inside; only the keys of
+   * the two edge buckets are read.
    */
-  async logDigest(after: number, upto: number): Promise<LogDigest> {
-    const hash = createHash('sha256');
-    let count = 0;
-    if (upto > after) {
-      // Keys have one width: their concatenation is unambiguous.
-      const it = this.db.keys({ gt: logKey(after), lte: logKey(upto) });
-      try {
-        for (let page = await it.nextv(DIGEST_PAGE); page.length > 0; page = await it.nextv(DIGEST_PAGE)) {
-          hash.update(page.join(''));
-          count += page.length;
-        }
-      } finally {
-        await it.close();
-      }
+  logDigest(after: number, upto: number): Promise<LogDigest> {
+    return this.sums.digest(after, upto, (a, b) => this.sumLog(a, b));
+  }
+
+  /** The sum of the log's versions in (`after`, `upto`], read from its keys. */
+  private async sumLog(after: number, upto: number): Promise<BucketSum> {
+    const versions: number[] = [];
+    const it = this.db.keys({ gt: logKey(after), lte: logKey(upto) });
+    try {
+      for (let page = await it.nextv(SCAN_PAGE); page.length > 0; page = await it.nextv(SCAN_PAGE)) for (const k of page) versions.push(Number(k.slice(1)));
+    } finally {
+      await it.close();
     }
-    return { count, hash: hash.digest('base64') };
+    return sumOf(versions);
   }
 
   /** The log entries of exactly these versions (those the log holds), in the order given. */
@@ -811,18 +839,17 @@ export class ReplicaStore {
   private async trim(): Promise<void> {
     const drop = this.logCount - this.retention;
     if (drop <= 0) return;
-    const batch: BatchOp[] = [];
-    let cutoff: string | undefined;
-    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', limit: drop })) {
-      cutoff = key;
-      batch.push({ type: 'del', key });
-    }
-    if (cutoff === undefined) return;
-    const trimmed = Number(cutoff.slice(1));
-    const logCount = this.logCount - batch.length;
-    // One batch: the entries, the trim point and the count change together, whatever crashes.
-    batch.push({ type: 'put', key: TRIMMED, value: String(trimmed) }, { type: 'put', key: LOG_COUNT, value: String(logCount) });
+    const keys = await this.db.keys({ gte: LOG, lt: LOG + ':', limit: drop }).all();
+    if (keys.length === 0) return;
+    const dropped = keys.map((key) => Number(key.slice(1)));
+    const trimmed = dropped[dropped.length - 1]!;
+    const logCount = this.logCount - keys.length;
+    const sums = this.sums.preview([], dropped);
+    // One batch: the entries, their sums, the trim point and the count change together, whatever crashes.
+    const batch: BatchOp[] = keys.map((key) => ({ type: 'del', key }));
+    batch.push(...sumOps(sums), { type: 'put', key: TRIMMED, value: String(trimmed) }, { type: 'put', key: LOG_COUNT, value: String(logCount) });
     await this.db.batch(batch);
+    this.sums.commit(sums);
     this.trimmed = trimmed;
     this.logCount = logCount;
   }
@@ -848,6 +875,7 @@ export class ReplicaStore {
     this.known.clear();
     this.liveDocs = 0;
     this.logCount = 0;
+    this.sums.clear();
     this.maxVersionSeen = 0;
     this.durableMax = 0;
     this.commitPoint = undefined;
@@ -858,6 +886,7 @@ export class ReplicaStore {
         { type: 'put', key: FORMAT, value: FORMAT_VERSION },
         { type: 'put', key: FENCE, value: String(this.fenceEpoch) },
         { type: 'put', key: LOG_COUNT, value: '0' },
+        { type: 'put', key: SUMS_KEPT, value: '1' },
         // Sequences keep growing: a segment written before the clear never matches what follows it.
         { type: 'put', key: SEQ, value: String(this.seq) },
       ],
