@@ -3,12 +3,18 @@
 // statistics BM25 needs.
 //
 // Layout, chosen for the write path (one call per token, no allocation but for new terms and
-// amortized array growth):
+// amortized growth of shared pages):
 //   - terms get dense ids from a TermTable, which finds a token by its range in the field value
 //     (no substring per token); per-term data lives in parallel typed arrays indexed by term id;
-//   - a term's postings are one Int32Array of [doc, tf, doc, tf, ...] in increasing doc order
-//     (documents get increasing numbers and are never renumbered but by ShardIndex.compact), and
-//     for text its positions one Int32Array, tf entries per posting, in the same order;
+//   - a term's postings are [doc, tf, doc, tf, ...] in increasing doc order (documents get
+//     increasing numbers and are never renumbered but by ShardIndex.compact), and for text its
+//     positions tf entries per posting, in the same order;
+//   - a term still being added to keeps them as lists in two SlicePools (slice-pool.ts: chains of
+//     slices in shared pages, so that growing costs no allocation); postingsOf()/positionsOf() read
+//     such a term into one Int32Array, kept until the term is appended to again. A term of a
+//     restored segment, or one rewritten by deletes or renumber(), holds one Int32Array of each
+//     instead, and moves back into the pools if it is appended to; trim() (a sealed buffer) turns
+//     every term into exact-size arrays and drops the pools;
 //   - postings are appended a batch at a time: endDoc records (term, doc, tf, positions) entries,
 //     flush() groups them by term and appends each term's run once, so a term that many documents
 //     of a batch share is touched once per batch rather than once per document (the write path's
@@ -20,6 +26,7 @@
 
 import type { TokenSink } from './analyzer.js';
 import { unpackPositions, unpackPostings, type FlatPostings, type PackedPostings } from './postings-codec.js';
+import { SlicePool } from './slice-pool.js';
 import { exactKey, hashRange, TermTable } from './term-table.js';
 
 /** Collects the term ids a document holds, per field, so that deleting it can undo them. */
@@ -49,14 +56,22 @@ export class InvertedField implements TokenSink {
   // ---- per term ----
   docFreq = new Int32Array(16);
   deadCount = new Int32Array(16);
-  /** Term by id: its postings; read through postingsOf() (a restored field makes them on first use). */
+  /**
+   * Term by id: its postings, read through postingsOf(): for a term in the pools a copy read from
+   * them (undefined until read, and again once appended to); else its own array, made on first
+   * use for a restored field.
+   */
   postings: (Int32Array | undefined)[] = [];
   postingsLength = new Int32Array(16);
-  /** Term by id: its positions; read through positionsOf(). */
+  /** Term by id: its positions, read through positionsOf() (kept as postings are). */
   positions: (Int32Array | undefined)[] = [];
   /** A restored field's postings and positions, flat or packed, made into per-term arrays on first use (then kept in postings/positions). */
   private restored: RestoredPostings | null = null;
   positionsLength = new Int32Array(16);
+  /** Postings of the terms being added to, by term id (postingLists.has(t) says a term is in the pools). */
+  private postingLists = new SlicePool();
+  /** Their positions (text fields), by term id. */
+  private positionLists = new SlicePool();
 
   // ---- per document ----
   /** Tokens (text) or values (keyword) of this field in each document; 0 = absent. */
@@ -98,12 +113,13 @@ export class InvertedField implements TokenSink {
   private pendPos = EMPTY;
   /** Per term: its pending entries (then, in flush, the end of its run in `order`). */
   private termPending = new Int32Array(16);
-  /** Per term: positions of its pending entries. */
-  private termPendingPos = new Int32Array(16);
   /** Terms with pending entries, in order of first appearance. */
   private touched = new Int32Array(16);
   private nTouched = 0;
   private order = EMPTY;
+  /** One term's postings and positions while flush() appends them. */
+  private run = EMPTY;
+  private runPos = EMPTY;
 
   constructor(
     readonly key: string,
@@ -119,12 +135,13 @@ export class InvertedField implements TokenSink {
 
   /** Term `t`'s postings ([doc, tf, ...], postingsLength[t] of them in use). */
   postingsOf(t: number): Int32Array {
-    return (this.postings[t] ??= this.restored!.postings(t));
+    return (this.postings[t] ??= this.postingLists.has(t) ? this.postingLists.read(t, this.postingsLength[t]) : this.restored!.postings(t));
   }
 
   /** Term `t`'s positions (text fields; positionsLength[t] in use). */
   positionsOf(t: number): Int32Array {
-    return (this.positions[t] ??= this.withPositions ? this.restored!.positions(t) : EMPTY);
+    if (!this.withPositions) return EMPTY;
+    return (this.positions[t] ??= this.postingLists.has(t) ? this.positionLists.read(t, this.positionsLength[t]) : this.restored!.positions(t));
   }
 
   termId(term: string): number {
@@ -218,7 +235,6 @@ export class InvertedField implements TokenSink {
       if (this.withPositions) {
         this.pendPosStart[e] = q;
         for (let k = this.localHead[s]; k >= 0; k = this.posNext[k]) this.pendPos[q++] = this.posValue[k];
-        this.termPendingPos[id] += tf;
       } else {
         const t = this.terms[id];
         if (minId < 0 || t < this.terms[minId]) minId = id;
@@ -254,48 +270,53 @@ export class InvertedField implements TokenSink {
     if (this.order.length < n) this.order = new Int32Array(this.pendTerm.length);
     const order = this.order;
     for (let e = 0; e < n; e++) order[count[this.pendTerm[e]]++] = e;
+    // Each term's run is gathered here, then appended to its lists in one go.
+    if (this.run.length < 2 * n) this.run = new Int32Array(2 * this.pendTerm.length);
+    if (this.withPositions && this.runPos.length < this.nPendPos) this.runPos = new Int32Array(this.pendPos.length);
+    const run = this.run;
+    const runPos = this.runPos;
     let k = 0;
     for (let i = 0; i < nTouched; i++) {
       const t = touched[i];
       const stop = count[t];
-      let p = this.postingsOf(t);
-      let len = this.postingsLength[t];
-      const need = len + 2 * (stop - k);
-      if (need > p.length) {
-        p = grow(p, listCapacity(need, p.length));
-        this.postings[t] = p;
-      }
-      if (this.withPositions) {
-        let pp = this.positionsOf(t);
-        let plen = this.positionsLength[t];
-        const needPos = plen + this.termPendingPos[t];
-        if (needPos > pp.length) {
-          pp = grow(pp, listCapacity(needPos, pp.length));
-          this.positions[t] = pp;
-        }
-        for (; k < stop; k++) {
-          const e = order[k];
-          const tf = this.pendTf[e];
-          p[len++] = this.pendDoc[e];
-          p[len++] = tf;
+      if (!this.postingLists.has(t)) this.moveToPools(t);
+      let len = 0;
+      let plen = 0;
+      for (; k < stop; k++) {
+        const e = order[k];
+        const tf = this.pendTf[e];
+        run[len++] = this.pendDoc[e];
+        run[len++] = tf;
+        if (this.withPositions) {
           const from = this.pendPosStart[e];
-          for (let j = 0; j < tf; j++) pp[plen++] = this.pendPos[from + j];
-        }
-        this.positionsLength[t] = plen;
-        this.termPendingPos[t] = 0;
-      } else {
-        for (; k < stop; k++) {
-          const e = order[k];
-          p[len++] = this.pendDoc[e];
-          p[len++] = this.pendTf[e];
+          for (let j = 0; j < tf; j++) runPos[plen++] = this.pendPos[from + j];
         }
       }
-      this.postingsLength[t] = len;
+      this.postingLists.append(t, run, 0, len);
+      this.postingsLength[t] += len;
+      // A copy read before is stale from here on.
+      this.postings[t] = undefined;
+      if (this.withPositions) {
+        this.positionLists.append(t, runPos, 0, plen);
+        this.positionsLength[t] += plen;
+        this.positions[t] = undefined;
+      }
       count[t] = 0;
     }
     this.nPending = 0;
     this.nPendPos = 0;
     this.nTouched = 0;
+  }
+
+  /** Copies into the pools what term `t` holds in arrays (a restored term, or one rewritten since), so it can be appended to. */
+  private moveToPools(t: number): void {
+    // Both read before either list starts: postingLists.has(t) makes positionsOf read the pool.
+    const len = this.postingsLength[t];
+    const p = this.postingsOf(t);
+    const plen = this.positionsLength[t];
+    const pp = this.positionsOf(t);
+    if (len > 0) this.postingLists.append(t, p, 0, len);
+    if (plen > 0) this.positionLists.append(t, pp, 0, plen);
   }
 
   /** Undoes a document whose term ids are `fwd[start .. start+count)`; `live[doc]` is already 0. */
@@ -321,11 +342,15 @@ export class InvertedField implements TokenSink {
     }
   }
 
-  /** Drops the postings of deleted documents from one term. */
+  /** Drops the postings of deleted documents from one term (whose arrays are then its own, out of the pools). */
   private compactTerm(id: number, live: Uint8Array): void {
     const p = this.postingsOf(id);
     const len = this.postingsLength[id];
-    const pp = this.withPositions ? this.positionsOf(id) : EMPTY;
+    const pp = this.positionsOf(id);
+    // A term in the pools was read into fresh arrays, which become its postings: its slices stay
+    // unused until the pools go (they held more dead entries than live ones).
+    this.postingLists.drop(id);
+    this.positionLists.drop(id);
     let w = 0;
     let pr = 0;
     let pw = 0;
@@ -396,8 +421,11 @@ export class InvertedField implements TokenSink {
       this.deadCount[id] = 0;
     }
     this.dict.retain(termMap);
-    // Every kept term is in postings/positions now, under its new id: the restored source is stale.
+    // Every kept term is in postings/positions now, under its new id: the restored source and the
+    // pools (by old id) are stale.
     this.restored = null;
+    this.postingLists = new SlicePool();
+    this.positionLists = new SlicePool();
     this.termCount = next;
     this.postings.length = next;
     this.positions.length = next;
@@ -428,11 +456,15 @@ export class InvertedField implements TokenSink {
     return termMap;
   }
 
-  /** Gives back the spare capacity of postings arrays (up to half of them after growing by doubling). */
+  /**
+   * Gives every term exact-size arrays and drops the pools (whose pages have spare room and the
+   * unused slices of terms rewritten by deletes), as an index that takes no more adds should.
+   */
   trim(): void {
     this.flush();
     this.releaseScratch();
     for (let id = 0; id < this.termCount; id++) {
+      // A term in the pools is read into exact-size arrays; one with its own arrays may have room left by compactTerm.
       const len = this.postingsLength[id];
       const p = this.postingsOf(id);
       if (p.length > len + 2) this.postings[id] = p.slice(0, Math.max(2, len));
@@ -442,6 +474,8 @@ export class InvertedField implements TokenSink {
         if (pp.length > plen + 2) this.positions[id] = pp.slice(0, Math.max(2, plen));
       }
     }
+    this.postingLists = new SlicePool();
+    this.positionLists = new SlicePool();
   }
 
   // ---- persistence (segment-file.ts) ----
@@ -459,8 +493,13 @@ export class InvertedField implements TokenSink {
     const postings = new Int32Array(postingStarts[n]);
     const positions = new Int32Array(positionStarts[n]);
     // A term never read is decoded for the copy only, not kept: exporting a restored segment (to
-    // merge it) must not pull all of it onto the heap.
+    // merge it) must not pull all of it onto the heap. A term in the pools is copied from them.
     for (let t = 0; t < n; t++) {
+      if (this.postingLists.has(t)) {
+        this.postingLists.copyTo(t, this.postingsLength[t], postings, postingStarts[t]);
+        if (this.withPositions) this.positionLists.copyTo(t, this.positionsLength[t], positions, positionStarts[t]);
+        continue;
+      }
       postings.set((this.postings[t] ?? this.restored!.postings(t)).subarray(0, this.postingsLength[t]), postingStarts[t]);
       if (this.withPositions) positions.set((this.positions[t] ?? this.restored!.positions(t)).subarray(0, this.positionsLength[t]), positionStarts[t]);
     }
@@ -497,7 +536,6 @@ export class InvertedField implements TokenSink {
     f.stamp = new Int32Array(cap);
     f.localSlot = new Int32Array(cap);
     f.termPending = new Int32Array(cap);
-    f.termPendingPos = new Int32Array(cap);
     // Views per term are made when a term is first read (most never are between two restarts).
     f.restored = 'packed' in state ? packedSource(state) : flatSource(state);
     f.postings = new Array<Int32Array | undefined>(n);
@@ -567,14 +605,14 @@ export class InvertedField implements TokenSink {
       this.stamp = grow(this.stamp, cap);
       this.localSlot = grow(this.localSlot, cap);
       this.termPending = grow(this.termPending, cap);
-      this.termPendingPos = grow(this.termPendingPos, cap);
     }
     // A copy, not a slice: V8 slices of 13+ characters keep the whole field value alive. A token
     // that is the whole value (a keyword value, or a one-word text) is that string itself.
     const term = start === 0 && end === text.length ? text : end - start >= 13 ? (' ' + text.slice(start, end)).slice(1) : text.slice(start, end);
     this.dict.add(term, hash, key);
-    this.postings.push(new Int32Array(2));
-    this.positions.push(this.withPositions ? new Int32Array(2) : EMPTY);
+    // Empty until flush() starts its lists in the pools.
+    this.postings.push(EMPTY);
+    this.positions.push(EMPTY);
     return id;
   }
 
@@ -596,7 +634,7 @@ export class InvertedField implements TokenSink {
 
   /** Drops the flush scratch (empty after a flush), which a bulk load may have grown large. */
   private releaseScratch(): void {
-    this.pendTerm = this.pendDoc = this.pendTf = this.pendPosStart = this.pendPos = this.order = EMPTY;
+    this.pendTerm = this.pendDoc = this.pendTf = this.pendPosStart = this.pendPos = this.order = this.run = this.runPos = EMPTY;
     this.touched = new Int32Array(16);
   }
 
@@ -660,13 +698,4 @@ export function grow(a: Int32Array, capacity: number): Int32Array<ArrayBuffer> {
   const b = new Int32Array(Math.max(capacity, a.length));
   b.set(a);
   return b;
-}
-
-/**
- * The capacity a postings or positions list grows to when it must hold `need` entries: four
- * times over while small, then doubling. A grow costs about as much for a small list as for a
- * large one (an allocation more than a copy), and a term seen again usually keeps growing.
- */
-function listCapacity(need: number, length: number): number {
-  return Math.max(need, length < 1024 ? length * 4 : length * 2, 16);
 }
