@@ -95,6 +95,31 @@ describe('term table', () => {
     for (let i = 0; i < many.length; i++) expect(table.get(many[i]), many[i]).toBe(i % 2 === 0 ? i / 2 : -1);
   });
 
+  it('indexes adopted terms (a loaded segment) at the first lookup, then adds after them', () => {
+    const table = new TermTable();
+    const adopted = Array.from({ length: 2000 }, (_, i) => (i % 3 === 0 ? `long-term-${i}-é` : `w${i.toString(36)}`));
+    table.adopt(adopted);
+    expect(table.size).toBe(adopted.length);
+    expect(table.terms[1999]).toBe(adopted[1999]);
+    // Found by a range of a larger string, keyed or not.
+    for (const i of [0, 1, 999, 1999]) {
+      const text = `(${adopted[i]})`;
+      expect(table.find(text, 1, text.length - 1, hashRange(text, 1, text.length - 1), exactKey(text, 1, text.length - 1))).toBe(i);
+    }
+    expect(table.get('absent')).toBe(-1);
+    expect(table.add('fresh', hashRange('fresh', 0, 5), exactKey('fresh', 0, 5))).toBe(2000);
+    expect(table.get('fresh')).toBe(2000);
+    for (let i = 0; i < adopted.length; i++) expect(table.get(adopted[i]!)).toBe(i);
+    expect(() => table.adopt(['x'])).toThrow(/empty/);
+    // Adopted, then added to before any lookup, then renumbered.
+    const other = new TermTable();
+    other.adopt(['a', 'b', 'c']);
+    expect(other.add('d', hashRange('d', 0, 1), exactKey('d', 0, 1))).toBe(3);
+    const keep = Int32Array.from([-1, 0, -1, 1]);
+    other.retain(keep);
+    expect([other.get('a'), other.get('b'), other.get('c'), other.get('d')]).toEqual([-1, 0, -1, 1]);
+  });
+
   it('keys exactly the strings of 1-10 lower-case ASCII letters and digits, each to its own number', () => {
     expect(exactKey('', 0, 0)).toBe(-1);
     expect(exactKey('a', 0, 1)).toBe(11);

@@ -523,10 +523,8 @@ export class InvertedField implements TokenSink {
   static restore(key: string, slot: number, withPositions: boolean, state: InvertedState | PackedInvertedState): InvertedField {
     const f = new InvertedField(key, slot, withPositions);
     const n = state.terms.length;
-    for (let t = 0; t < n; t++) {
-      const term = state.terms[t]!;
-      f.dict.add(term, hashRange(term, 0, term.length), exactKey(term, 0, term.length));
-    }
+    // Indexed for lookups when a query or a delete first looks a term up.
+    f.dict.adopt(state.terms);
     f.termCount = n;
     const cap = Math.max(16, n);
     f.docFreq = grow(state.docFreq, cap);

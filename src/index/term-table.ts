@@ -49,6 +49,12 @@ export function exactKey(text: string, start: number, end: number): number {
 export class TermTable {
   /** Term by id. */
   readonly terms: string[] = [];
+  /**
+   * Terms with an id below this are in the slots and the pool; those above were adopted (a
+   * segment loaded from its file) and are indexed at the first lookup or add, so that a segment
+   * opened and never searched costs its strings only.
+   */
+  private indexed = 0;
   /** Per slot: id + 1 (0 = empty), then the term's hash. */
   private slots = new Int32Array(64);
   private mask = 31;
@@ -62,8 +68,15 @@ export class TermTable {
     return this.terms.length;
   }
 
+  /** Takes `terms` (distinct, into an empty table) as ids 0.., to be indexed when first needed. */
+  adopt(terms: readonly string[]): void {
+    if (this.terms.length > 0) throw new Error('TermTable.adopt() needs an empty table');
+    for (const term of terms) this.terms.push(term);
+  }
+
   /** The id of text[start, end) (whose hashRange is `hash` and exactKey is `key`), or -1. */
   find(text: string, start: number, end: number, hash: number, key: number): number {
+    if (this.indexed !== this.terms.length) this.indexAdopted();
     const len = end - start;
     const slots = this.slots;
     const mask = this.mask;
@@ -93,6 +106,7 @@ export class TermTable {
 
   /** Adds a term known to be absent (its hashRange and exactKey given); returns its id. */
   add(term: string, hash: number, key: number): number {
+    if (this.indexed !== this.terms.length) this.indexAdopted();
     const id = this.terms.length;
     this.terms.push(term);
     if (id === this.keys.length) {
@@ -104,11 +118,34 @@ export class TermTable {
     this.append(id, key < 0 ? term : '');
     if ((id + 1) * 2 > this.slots.length / 2) this.rehash(this.slots.length);
     this.place(id, hash);
+    this.indexed = id + 1;
     return id;
+  }
+
+  /** Indexes the adopted terms not indexed yet (slots sized once for all of them). */
+  private indexAdopted(): void {
+    const n = this.terms.length;
+    if (n > this.keys.length) {
+      const keys = new Float64Array(n);
+      keys.set(this.keys);
+      this.keys = keys;
+    }
+    let cap = this.slots.length / 2;
+    while (n * 2 > cap) cap *= 2;
+    if (cap * 2 !== this.slots.length) this.rehash(cap);
+    for (let id = this.indexed; id < n; id++) {
+      const term = this.terms[id]!;
+      const key = exactKey(term, 0, term.length);
+      this.keys[id] = key;
+      this.append(id, key < 0 ? term : '');
+      this.place(id, hashRange(term, 0, term.length));
+    }
+    this.indexed = n;
   }
 
   /** Keeps only the terms whose `keep[id]` is >= 0, renumbered to that value (increasing). */
   retain(keep: Int32Array): void {
+    if (this.indexed !== this.terms.length) this.indexAdopted();
     let n = 0;
     for (let id = 0; id < this.terms.length; id++) {
       const to = keep[id];
@@ -126,6 +163,7 @@ export class TermTable {
     this.slots = new Int32Array(cap * 2);
     this.mask = cap - 1;
     for (let id = 0; id < n; id++) this.place(id, hashRange(this.terms[id], 0, this.terms[id].length));
+    this.indexed = n;
   }
 
   /** Copies the characters of term `id` (the newest; `term` is '' for a keyed term) to the end of the pool. */
