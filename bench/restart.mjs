@@ -57,6 +57,7 @@ async function restartAll(cluster, expected, timeline = false) {
       log(`    before the kill: ${n.name ?? names[i]} (leader of ${e.replica}) marked ${JSON.stringify(e.behind)} down`);
     }
   }
+  const killed = cluster.nodes.map((n, i) => ({ name: n.name ?? names[i], lines: n.output() }));
   for (const n of cluster.nodes) process.kill(n.pid, 'SIGKILL');
   cluster.nodes.length = 0;
   const t0 = performance.now();
@@ -78,10 +79,11 @@ async function restartAll(cluster, expected, timeline = false) {
     }
   }
   if (timeline) {
-    // Every line the nodes logged since the kill, in time order (--timeline): where a restart waits.
+    // Every line the nodes logged from 5 s before the kill, in time order (--timeline): where a restart waits.
     const rows = [];
-    for (const [i, n] of cluster.nodes.entries()) {
-      for (const line of n.output()) {
+    const lives = [...killed, ...cluster.nodes.map((n, i) => ({ name: n.name ?? names[i], lines: n.output() }))];
+    for (const { name, lines } of lives) {
+      for (const line of lines) {
         let e;
         try {
           e = JSON.parse(line);
@@ -89,9 +91,9 @@ async function restartAll(cluster, expected, timeline = false) {
           continue;
         }
         const at = e.time - (Date.now() - (performance.now() - t0));
-        if (at < 0) continue;
+        if (e.msg === undefined || at < -5000) continue;
         const { level, time, pid, hostname, msg, node, ...rest } = e;
-        rows.push([at, `    ${(at / 1000).toFixed(2).padStart(6)} s ${n.name ?? names[i]} ${msg} ${JSON.stringify(rest).slice(0, 160)}`]);
+        rows.push([at, `    ${(at / 1000).toFixed(2).padStart(6)} s ${name} ${msg} ${JSON.stringify(rest).slice(0, 160)}`]);
       }
     }
     for (const [, text] of rows.sort((a, b) => a[0] - b[0])) log(text);

@@ -57,11 +57,11 @@ export function isIndexFile(name: string): boolean {
 export interface CheckpointPolicy extends MergePolicy {
   /** Changes (applied ops) after which a checkpoint is written at the next check; default 10,000... */
   readonly maxChanges: number;
-  /** ...and any change at all once the last checkpoint is this old; default 2 s. */
+  /** ...and any change at all once the last checkpoint is this old; default 1 s. */
   readonly maxAgeMs: number;
 }
 
-export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 2_000, ...DEFAULT_MERGE_POLICY };
+export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 1_000, ...DEFAULT_MERGE_POLICY };
 
 /** How the index came back at open. */
 export interface IndexOpenReport {

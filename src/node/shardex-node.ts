@@ -84,7 +84,7 @@ export interface ReadBalanceOptions {
 }
 
 /** How often replicas' index checkpoint policies are checked. */
-const CHECKPOINT_CHECK_MS = 1000;
+const CHECKPOINT_CHECK_MS = 250;
 
 /** What a replica's persisted index depends on besides its documents: the declared fields (and the default analyzer). */
 export function schemaFingerprint(state: CollectionState): string {
