@@ -105,4 +105,20 @@ describe('ReplicaStore log digests', () => {
     expect(await reopened.logDigest(V + 10, V + 8500)).toEqual(before);
     await checkDigests(reopened);
   });
+
+  it('sums again at open when the sums do not count the log (an older version wrote to it meanwhile)', async () => {
+    const store = await open('s');
+    await store.apply(Array.from({ length: 5000 }, (_, i) => op(`d${i}`, i + 1)));
+    await store.close();
+    // An older version appended to the log without its sums (and counted the entries).
+    const db = new Level<string, string>(join(tmp.dir, 's'));
+    await db.batch([
+      { type: 'put', key: `l${String(V + 5001).padStart(16, '0')}`, value: JSON.stringify({ id: 'x', version: V + 5001, doc: { id: 'x' } }) },
+      { type: 'put', key: 'm:logcount', value: '5001' },
+    ]);
+    await db.close();
+    const reopened = await open('s');
+    await checkDigests(reopened);
+    expect((await reopened.logDigest(0, V + 30_000)).count).toBe(5001);
+  });
 });

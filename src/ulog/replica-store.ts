@@ -106,6 +106,12 @@ const SUMS = 'h';
 const sumKey = (bucket: number): string => SUMS + String(bucket).padStart(VERSION_WIDTH, '0');
 /** Present once the bucket sums cover the whole log (stores written before them are summed once at open). */
 const SUMS_KEPT = 'm:logsums';
+/**
+ * Present while the replica's data is not a whole copy of its shard's (a full copy under way, or
+ * a store created after its shard had a leader): such a replica may not lead until a recovery
+ * completes, whatever its term says (Solr keeps a recovering replica's term marked likewise).
+ */
+const INCOMPLETE = 'm:incomplete';
 /** Tombstones by the time they were written: t<ms, 16 digits><id> -> version (for the purge). */
 const TOMB = 't';
 const tombKey = (at: number, id: string): string => TOMB + String(at).padStart(VERSION_WIDTH, '0') + id;
@@ -216,6 +222,9 @@ export class ReplicaStore {
   private purgeTimer: NodeJS.Timeout | undefined;
   private liveDocs = 0;
   private logCount = 0;
+  private isIncomplete = false;
+  /** The store was created by this open (its directory held no data). */
+  private wasCreated = false;
   /** The log's versions summed per bucket (digests for peer sync). */
   private readonly sums = new LogSums();
   private maxVersionSeen = 0;
@@ -281,6 +290,7 @@ export class ReplicaStore {
       let empty = true;
       for await (const _ of this.db.keys({ limit: 1 })) empty = false;
       if (empty) {
+        this.wasCreated = true;
         await this.db.put(FORMAT, FORMAT_VERSION, { sync: true });
         return;
       }
@@ -295,25 +305,20 @@ export class ReplicaStore {
   /** Reads what the store needs at open: bounded by the log's retention, not by the documents. */
   private async load(): Promise<void> {
     const logCount = await this.db.get(LOG_COUNT);
+    this.isIncomplete = (await this.db.get(INCOMPLETE)) !== undefined;
     if (logCount !== undefined && (await this.db.get(SUMS_KEPT)) !== undefined) {
       this.logCount = Number(logCount);
       for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) this.maxVersionSeen = Number(key.slice(1));
+      let summed = 0;
       for (const [key, value] of await this.db.iterator({ gte: SUMS, lt: SUMS + ':' }).all()) {
         const sum = decodeSum(value);
         if (sum === undefined) throw new ShardexError('SHX_INTERNAL', `the update log's sums in ${key} are damaged`);
         this.sums.set(Number(key.slice(1)), sum);
+        summed += sum.count;
       }
-    } else {
-      // Written before the count or the sums were kept: counted and summed once (bounded by the
-      // log's retention), and both recorded.
-      const versions: number[] = [];
-      for (const key of await this.db.keys({ gte: LOG, lt: LOG + ':' }).all()) versions.push(Number(key.slice(1)));
-      this.logCount = versions.length;
-      if (versions.length > 0) this.maxVersionSeen = versions[versions.length - 1]!;
-      const sums = this.sums.preview(versions);
-      await this.db.batch([...sumOps(sums), { type: 'put', key: LOG_COUNT, value: String(this.logCount) }, { type: 'put', key: SUMS_KEPT, value: '1' }], { sync: true });
-      this.sums.commit(sums);
-    }
+      // Sums that do not count the log (an older version wrote to this store meanwhile) are made again.
+      if (summed !== this.logCount) await this.resum();
+    } else await this.resum();
     const t = await this.db.get(TRIMMED);
     if (t !== undefined) this.trimmed = Number(t);
     // Trimming drops the oldest log entries only: the newest version is in the log, or was trimmed.
@@ -326,6 +331,48 @@ export class ReplicaStore {
     if (n !== undefined) this.liveDocs = Number(n);
     const seq = await this.db.get(SEQ);
     if (seq !== undefined) this.seq = this.appliedSeq = Number(seq);
+  }
+
+  /**
+   * Counts and sums the log again from its keys (bounded by the log's retention) and records both:
+   * for a store written before they were kept, or whose sums do not count its log.
+   */
+  private async resum(): Promise<void> {
+    const versions: number[] = [];
+    for (const key of await this.db.keys({ gte: LOG, lt: LOG + ':' }).all()) versions.push(Number(key.slice(1)));
+    this.logCount = versions.length;
+    if (versions.length > 0) this.maxVersionSeen = Math.max(this.maxVersionSeen, versions[versions.length - 1]!);
+    this.sums.clear();
+    const stale = await this.db.keys({ gte: SUMS, lt: SUMS + ':' }).all();
+    const sums = this.sums.preview(versions);
+    await this.db.batch(
+      [...stale.map((key): BatchOp => ({ type: 'del', key })), ...sumOps(sums), { type: 'put', key: LOG_COUNT, value: String(this.logCount) }, { type: 'put', key: SUMS_KEPT, value: '1' }],
+      { sync: true },
+    );
+    this.sums.commit(sums);
+  }
+
+  /** The replica's data is not a whole copy of its shard's yet: it may not lead (see INCOMPLETE). */
+  get incomplete(): boolean {
+    return this.isIncomplete;
+  }
+
+  /** This open created the store (its directory held no data). */
+  get created(): boolean {
+    return this.wasCreated;
+  }
+
+  /** Records that the data is not a whole copy of the shard's (until markComplete()). */
+  async markIncomplete(): Promise<void> {
+    await this.db.put(INCOMPLETE, '1', { sync: true });
+    this.isIncomplete = true;
+  }
+
+  /** Records that a recovery made the data a whole copy of the shard's. */
+  async markComplete(): Promise<void> {
+    if (!this.isIncomplete) return;
+    await this.db.del(INCOMPLETE, { sync: true });
+    this.isIncomplete = false;
   }
 
   /** Where every batch's applied ops go once it is on disk (the search index). */
@@ -876,6 +923,7 @@ export class ReplicaStore {
     this.liveDocs = 0;
     this.logCount = 0;
     this.sums.clear();
+    this.isIncomplete = true;
     this.maxVersionSeen = 0;
     this.durableMax = 0;
     this.commitPoint = undefined;
@@ -887,6 +935,8 @@ export class ReplicaStore {
         { type: 'put', key: FENCE, value: String(this.fenceEpoch) },
         { type: 'put', key: LOG_COUNT, value: '0' },
         { type: 'put', key: SUMS_KEPT, value: '1' },
+        // Wiped for a full copy: not a whole copy of the shard until the recovery completes.
+        { type: 'put', key: INCOMPLETE, value: '1' },
         // Sequences keep growing: a segment written before the clear never matches what follows it.
         { type: 'put', key: SEQ, value: String(this.seq) },
       ],
