@@ -221,6 +221,10 @@ export class ClusterCoordinator implements Coordinator {
     return l && this.live.has(l.node) ? l : undefined;
   }
 
+  hadLeader(collection: string, shard: string): boolean {
+    return this.leaders.has(`${collection}/${shard}`);
+  }
+
   onChange(listener: () => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);

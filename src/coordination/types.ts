@@ -80,6 +80,8 @@ export interface Coordinator {
   collection(name: string): CollectionState | undefined;
   /** The shard's current leader, if it is live. */
   leader(collection: string, shard: string): LeaderInfo | undefined;
+  /** Whether the shard has had a leader (its leader record names one, live or not). */
+  hadLeader(collection: string, shard: string): boolean;
   createCollection(spec: CollectionSpec): Promise<CollectionState>;
   deleteCollection(name: string): Promise<void>;
   /** Changes a collection's settings (durability, autoCommit); every node applies them from the state. */

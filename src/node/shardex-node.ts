@@ -428,6 +428,9 @@ export class ShardexNode {
         ...(onStoreWrite && { onWrite: (w: StoreWrite) => onStoreWrite(`${this.name}/${key}`, w) }),
       });
       try {
+        // A store created after its shard had a leader (a replica added, or one whose data was
+        // lost) holds none of the shard's data: it recovers before it may lead.
+        if (store.created && this.coordinator.hadLeader(collection, shard)) await store.markIncomplete();
         return await this.attachReplica(key, collection, shard, store);
       } catch (err) {
         // Release LevelDB's lock, or every later attempt to open this replica would fail on it.
@@ -633,12 +636,14 @@ export class ShardexNode {
           const source = this.syncSource(leader, collection, shard);
           // After every node restarted, the leader on record is the one before the restart until
           // an election replaces it: recovering from it would wait for its open, and a replica
-          // that recovers may not stand. So the replica stays a candidate until its leader leads.
-          if (!(await source.info()).leading) {
-            const recorded = this.coordinator.leader(collection, shard)?.epoch;
-            await this.waitFor(() => !current() || this.coordinator.leader(collection, shard)?.epoch !== recorded || this.replicaState(collection, shard, leader) === 'active', 1000).catch(() => undefined);
-            throw new ShardexError('SHX_NOT_LEADER', `${leader} does not lead ${replica.key} yet`);
+          // that recovers may not stand. So the replica stays a candidate until its leader leads
+          // (asked again shortly while it is still the leader on record).
+          let probe = await source.info();
+          for (let i = 0; probe.leading !== true && i < LEADER_POLLS && current() && this.coordinator.leader(collection, shard)?.node === leader; i++) {
+            await sleep(LEADER_POLL_MS, this.lifetimeAbort.signal);
+            probe = await source.info();
           }
+          if (probe.leading !== true) throw new ShardexError('SHX_NOT_LEADER', `${leader} does not lead ${replica.key} yet`);
           const t0 = performance.now();
           replica.step({ type: 'recoveryStarted' });
           await this.coordinator.setReplicaState(collection, shard, this.name, 'recovering');
@@ -652,6 +657,7 @@ export class ShardexNode {
           const t1 = performance.now();
           const report = await syncFrom(replica, source, info, this.recoveryProgress(replica));
           const t2 = performance.now();
+          await replica.store.markComplete();
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
           this.m.recoveries.inc({ method: report.method });
@@ -752,7 +758,8 @@ export class ShardexNode {
 
   /** A replica whose term is behind the shard's highest missed acknowledged updates: it may not lead. */
   private async mayLead(replica: ShardReplica): Promise<boolean> {
-    if (this.stopped) return false;
+    // A replica that is not a whole copy of its shard yet never leads, whatever its term.
+    if (this.stopped || replica.store.incomplete) return false;
     const shard = this.coordinator.collection(replica.collection)?.shards.find((s) => s.name === replica.shard);
     const activePeers = (shard?.replicas ?? []).filter((r) => r.node !== this.name && r.state === 'active' && this.coordinator.isLive(r.node)).length;
     if (!mayStand(replica.state, activePeers)) return false;
@@ -1201,6 +1208,9 @@ function balanceInfo(permit: ReadPermit): ReadBalanceInfo | undefined {
 
 /** Pauses between recovery attempts, and between tries to catch up with a new leader (the shared linear backoff, with jitter). */
 const RECOVERY_BACKOFF = nodeRetryBackoff(100, 2000);
+/** How often, and how many times, a recovery asks its leader on record again whether it leads yet. */
+const LEADER_POLL_MS = 50;
+const LEADER_POLLS = 100;
 /** How often, and how many times, a recovery asks its leader again whether it sees the replica recovering. */
 const SEE_RECOVERING_POLL_MS = 25;
 const SEE_RECOVERING_POLLS = 40;
