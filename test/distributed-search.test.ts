@@ -1,10 +1,11 @@
 // The coordinator's rounds (src/distrib/search.ts): a small page gets its stored fields with the
 // query round (no fetch round), a larger one fetches only from the shards owning its ids, and
-// both give the same hits. Real ShardIndex shards served through servePhase, as nodes and
+// both give the same hits; remembered statistics skip the dfs round without changing a score. Real ShardIndex shards served through servePhase, as nodes and
 // readers serve them; the rounds each shard is asked are counted.
 import { describe, expect, it } from 'vitest';
 import { generateDocs } from '../src/corpus.js';
-import { distributedSearch, FETCH_WITH_QUERY_MAX, servePhase, type SearchParams, type ShardSearcher } from '../src/distrib/search.js';
+import { distributedSearch, FETCH_WITH_QUERY_MAX, servePhase, type SearchParams, type SearchResponse, type ShardSearcher } from '../src/distrib/search.js';
+import { ShardStatsCache } from '../src/distrib/shard-stats-cache.js';
 import { parseSchema, ShardIndex, type StoredDoc } from '../src/index/index.js';
 import type { StoredEntry } from '../src/ulog/index.js';
 
@@ -30,12 +31,12 @@ function cluster(shards = SHARDS) {
     return {
       shard,
       stats: (params) => phase({ kind: 'stats', collection: 'c', shard, params }),
-      query: (params, stats) => phase({ kind: 'query', collection: 'c', shard, params, stats }),
+      query: (params, stats, expect) => phase({ kind: 'query', collection: 'c', shard, params, stats, ...(expect && { expect }) }),
       fetch: (ids, fields) => phase({ kind: 'fetch', collection: 'c', shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
     };
   });
   const word = docs[0]!.title.split(' ')[0]!;
-  return { searchers, rounds, word };
+  return { searchers, rounds, word, parts };
 }
 
 const search = (c: ReturnType<typeof cluster>, params: SearchParams) => distributedSearch(schema, c.searchers, params);
@@ -77,7 +78,7 @@ describe('the rounds of a distributed search', () => {
         ...s,
         query: async (p: SearchParams, stats: Parameters<ShardSearcher['query']>[1]) => {
           const r = await s.query(p, stats);
-          return r.docs ? { ...r, docs: r.docs.filter((d) => d.id !== gone) } : r;
+          return 'docs' in r && r.docs ? { ...r, docs: r.docs.filter((d) => d.id !== gone) } : r;
         },
         fetch: async (ids: readonly string[], fields: string | undefined) => (await s.fetch(ids, fields)).filter((d) => d.id !== gone),
       }));
@@ -98,5 +99,42 @@ describe('the rounds of a distributed search', () => {
       expect(a.hits.map((h) => h.id)).toEqual(b.hits.map((h) => h.id));
       a.hits.forEach((h, i) => expect(h.score).toBeCloseTo(b.hits[i]!.score, 9));
     }
+  });
+});
+
+describe('remembered term statistics', () => {
+  const ranking = (res: SearchResponse) => ({ total: res.total, hits: res.hits.map((h) => [h.id, h.score]) });
+
+  it('skip the dfs round once every shard\'s statistics for the query are remembered, with the same hits and scores', async () => {
+    const c = cluster();
+    const memo = new ShardStatsCache().of('c');
+    const params = { q: `${c.word} OR ${c.word}s`, limit: 10, timing: true };
+    const first = await distributedSearch(schema, c.searchers, params, memo);
+    expect(c.rounds.filter((r) => r.startsWith('stats'))).toHaveLength(SHARDS);
+    c.rounds.length = 0;
+    const second = await distributedSearch(schema, c.searchers, params, memo);
+    expect(c.rounds.map((r) => r.split(' ')[0])).toEqual(Array(SHARDS).fill('query'));
+    expect(second.timing?.rounds).toBe(1);
+    expect(ranking(second)).toEqual(ranking(first));
+  });
+
+  it('are checked by each shard: one whose statistics changed answers with them, and the query runs again as a fresh search would', async () => {
+    const c = cluster();
+    const memo = new ShardStatsCache().of('c');
+    const params = { q: c.word, limit: 10 };
+    await distributedSearch(schema, c.searchers, params, memo);
+    const doc = { id: 'added', title: `${c.word} ${c.word}`, body: c.word, category: 'x', price: 1 };
+    c.parts[0]!.index.add(doc.id, doc);
+    c.parts[0]!.store.set(doc.id, doc as unknown as StoredDoc);
+    c.rounds.length = 0;
+    const remembered = await distributedSearch(schema, c.searchers, params, memo);
+    expect(c.rounds.map((r) => r.split(' ')[0])).toEqual(Array(2 * SHARDS).fill('query'));
+    const fresh = await distributedSearch(schema, c.searchers, params);
+    expect(ranking(remembered)).toEqual(ranking(fresh));
+    expect(remembered.hits.map((h) => h.id)).toContain('added');
+    // The changed statistics are remembered in turn: the next search is one round again.
+    c.rounds.length = 0;
+    await distributedSearch(schema, c.searchers, params, memo);
+    expect(c.rounds).toHaveLength(SHARDS);
   });
 });

@@ -2,7 +2,11 @@
 //   dfs     every shard reports the statistics of the query's terms; they are summed, so
 //           that every shard scores with global document frequencies and field lengths
 //           (a sharded collection ranks exactly like a 1-shard one); a collection of one shard
-//           skips it (its own statistics are the global ones);
+//           skips it (its own statistics are the global ones); a coordinator that remembers
+//           every shard's statistics for the query (ShardStatsMemo) skips it too, and sends each
+//           shard the statistics it remembers of it: the shard checks them against its own before
+//           scoring and answers `statsChanged` if they differ, and the query round runs again
+//           with the new sum (so at most two rounds before the query, as with the dfs round);
 //   query   every shard returns its top offset+limit ids with sort values, scored with the
 //           global statistics; the coordinator merges them into the page;
 //   fetch   only the shards owning the page's ids are asked for their stored fields.
@@ -15,6 +19,7 @@ import {
   DEFAULT_LIMIT,
   mergeStats,
   parseFieldList,
+  sameStats,
   parseSort,
   projectFields,
   type CollectionSchema,
@@ -26,6 +31,7 @@ import {
 } from '../index/index.js';
 import type { ReplicaStore } from '../ulog/index.js';
 import { mergeSearchResults } from './search-merge.js';
+import { statsQueryKey, type ShardStatsMemo } from './shard-stats-cache.js';
 
 export interface SearchParams {
   readonly q?: string;
@@ -50,24 +56,34 @@ export interface ShardQueryResult extends ShardSearchResult {
   readonly docs?: StoredDoc[];
 }
 
+/** A shard's answer to a query round whose remembered statistics of it are no longer its own. */
+export interface StatsChanged {
+  readonly statsChanged: IndexStats;
+}
+
 /** Where a search's time went, in ms on the coordinator (`timing=true`). */
 export interface SearchTiming {
-  /** The dfs round: every shard's term statistics, summed. */
+  /** The dfs round: every shard's term statistics, summed (0 when they were remembered). */
   readonly dfsMs: number;
-  /** The query round: every shard's top hits. */
+  /** The query round (two when a shard's statistics had changed): every shard's top hits. */
   readonly queryMs: number;
   /** Merging the shards' hits into the page. */
   readonly mergeMs: number;
   /** The fetch round: the page's stored fields from the shards owning them. */
   readonly fetchMs: number;
+  /** Rounds of calls to the shards: dfs, query (once or twice) and fetch, each when run. */
+  readonly rounds: number;
 }
 
 /** One shard's side of the three phases (local call or gRPC to the serving replica). */
 export interface ShardSearcher {
   readonly shard: string;
   stats(params: SearchParams): Promise<IndexStats>;
-  /** `stats`: the summed statistics to score with; absent, the shard's own (one shard: the same). */
-  query(params: SearchParams, stats: IndexStats | undefined): Promise<ShardQueryResult>;
+  /**
+   * `stats`: the summed statistics to score with; absent, the shard's own (one shard: the same).
+   * `expect`: the shard's own statistics that sum was made of, checked by the shard first.
+   */
+  query(params: SearchParams, stats: IndexStats | undefined, expect?: IndexStats): Promise<ShardQueryResult | StatsChanged>;
   fetch(ids: readonly string[], fields: string | undefined): Promise<StoredDoc[]>;
 }
 
@@ -79,7 +95,7 @@ export interface SearchResponse {
   readonly timing?: SearchTiming;
 }
 
-export async function distributedSearch(schema: CollectionSchema, shards: readonly ShardSearcher[], params: SearchParams): Promise<SearchResponse> {
+export async function distributedSearch(schema: CollectionSchema, shards: readonly ShardSearcher[], params: SearchParams, memo?: ShardStatsMemo): Promise<SearchResponse> {
   const t0 = performance.now();
   // Parse errors are the caller's: surface them before any shard is asked.
   const sort = parseSort(params.sort, schema);
@@ -99,20 +115,49 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
   };
   const live = (): ShardSearcher[] => shards.filter((s) => !failed.has(s.shard));
 
+  let rounds = 0;
   let global: IndexStats | undefined;
+  // Each shard's own statistics when they come from the memo (the query round checks them).
+  let remembered: Map<string, IndexStats> | undefined;
+  const statsKey = statsQueryKey(params);
   if (shards.length > 1) {
-    const statsList = await Promise.all(live().map((s) => settle(s.shard, s.stats(params))));
-    global = mergeStats(statsList.filter((x): x is IndexStats => x !== undefined));
+    remembered = memo && rememberedStats(memo, shards, statsKey);
+    if (remembered) global = mergeStats([...remembered.values()]);
+    else {
+      rounds++;
+      const statsList = await Promise.all(
+        live().map(async (s) => {
+          const stats = await settle(s.shard, s.stats(params));
+          if (stats) memo?.set(s.shard, statsKey, stats);
+          return stats;
+        }),
+      );
+      global = mergeStats(statsList.filter((x): x is IndexStats => x !== undefined));
+    }
   }
   const tDfs = performance.now();
   const queryParams = offset + limit <= FETCH_WITH_QUERY_MAX ? { ...params, fetchInQuery: true } : params;
-  const phase1 = await Promise.all(
-    live().map(async (s) => {
-      const result = await settle(s.shard, s.query(queryParams, global));
-      return result && { shard: s.shard, result };
-    }),
-  );
-  const responses = phase1.filter((r): r is { shard: string; result: ShardQueryResult } => r !== undefined && !failed.has(r.shard));
+  const queryRound = async (stats: IndexStats | undefined, expect: Map<string, IndexStats> | undefined) => {
+    rounds++;
+    const replies = await Promise.all(
+      live().map(async (s) => {
+        const result = await settle(s.shard, s.query(queryParams, stats, expect?.get(s.shard)));
+        return result && { shard: s.shard, result };
+      }),
+    );
+    return replies.filter((r): r is { shard: string; result: ShardQueryResult | StatsChanged } => r !== undefined && !failed.has(r.shard));
+  };
+  let replies = await queryRound(global, remembered);
+  if (remembered && replies.some((r) => 'statsChanged' in r.result)) {
+    // Unchecked this time: like the dfs round, the statistics are one round old when scored with.
+    for (const r of replies) {
+      if (!('statsChanged' in r.result)) continue;
+      remembered.set(r.shard, r.result.statsChanged);
+      memo?.set(r.shard, statsKey, r.result.statsChanged);
+    }
+    replies = await queryRound(mergeStats(live().map((s) => remembered.get(s.shard)!)), undefined);
+  }
+  const responses = replies as Array<{ shard: string; result: ShardQueryResult }>;
   if (responses.length === 0 && shards.length > 0) {
     const first = [...failed.values()][0];
     throw new ShardexError(first?.code ?? 'SHX_UNAVAILABLE', `every shard failed: ${[...failed].map(([s, e]) => `${s}: ${e.message}`).join('; ')}`);
@@ -124,6 +169,7 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
   const byShard = new Map(shards.map((s) => [s.shard, s]));
   const fetched = new Map(responses.map((r) => [r.shard, r.result.docs]));
   const stored = new Map<string, StoredDoc>();
+  if ([...page.idsByShard.keys()].some((shard) => fetched.get(shard) === undefined)) rounds++;
   await Promise.all(
     [...page.idsByShard].map(async ([shard, ids]) => {
       const docs = fetched.get(shard) ?? (await settle(shard, byShard.get(shard)!.fetch(ids, params.fields)));
@@ -145,16 +191,27 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
       ...(failed.size > 0 && { errors: Object.fromEntries([...failed].map(([s, e]) => [s, e.message])) }),
     },
     tookMs: ms(performance.now() - t0),
-    ...(params.timing && { timing: { dfsMs: ms(tDfs - t0), queryMs: ms(tQuery - tDfs), mergeMs: ms(tMerge - tQuery), fetchMs: ms(performance.now() - tMerge) } }),
+    ...(params.timing && { timing: { dfsMs: ms(tDfs - t0), queryMs: ms(tQuery - tDfs), mergeMs: ms(tMerge - tQuery), fetchMs: ms(performance.now() - tMerge), rounds } }),
   };
 }
 
 const ms = (x: number): number => Math.round(x * 100) / 100;
 
+/** Every shard's statistics for the query from the memo, or undefined if one is missing. */
+function rememberedStats(memo: ShardStatsMemo, shards: readonly ShardSearcher[], key: string): Map<string, IndexStats> | undefined {
+  const out = new Map<string, IndexStats>();
+  for (const s of shards) {
+    const stats = memo.get(s.shard, key);
+    if (stats === undefined) return undefined;
+    out.set(s.shard, stats);
+  }
+  return out;
+}
+
 /** One phase of a distributed search, as a shard's replica (or a snapshot reader) receives it. */
 export type ShardPhaseRequest =
   | { kind: 'stats'; collection: string; shard: string; params: SearchParams }
-  | { kind: 'query'; collection: string; shard: string; params: SearchParams; stats?: IndexStats | undefined }
+  | { kind: 'query'; collection: string; shard: string; params: SearchParams; stats?: IndexStats | undefined; expect?: IndexStats | undefined }
   | { kind: 'fetch'; collection: string; shard: string; ids: string[]; fields?: string };
 
 /** A shard's phase 1 asks for the top offset+limit; the coordinator applies the offset. */
@@ -174,7 +231,12 @@ export async function servePhase(req: ShardPhaseRequest, index: ReplicaSearcher,
     case 'stats':
       return index.collectStats(shardRequest(req.params));
     case 'query': {
-      const result: ShardQueryResult = index.search(shardRequest(req.params), req.stats);
+      const request = shardRequest(req.params);
+      if (req.expect !== undefined) {
+        const own = index.collectStats(request);
+        if (!sameStats(own, req.expect)) return { statsChanged: own } satisfies StatsChanged;
+      }
+      const result: ShardQueryResult = index.search(request, req.stats);
       if (!req.params.fetchInQuery) return result;
       return { ...result, docs: await storedFields(store, result.hits.map((h) => h.id), req.params.fields) };
     }

@@ -33,5 +33,5 @@ export {
   type SegmentLoad,
 } from './segment-file.js';
 export { compareHits, DEFAULT_SORT, formatSort, mergeHitLists, parseSort, type SortKey, type SortOrder, type SortSpec, type SortValue } from './sort.js';
-export { bm25, bm25Idf, BM25_B, BM25_K1, mergeStats, type FieldStats, type IndexStats, type SortFieldStats, type TermStats } from './stats.js';
+export { bm25, bm25Idf, BM25_B, BM25_K1, mergeStats, sameStats, type FieldStats, type IndexStats, type SortFieldStats, type TermStats } from './stats.js';
 export { parseDate } from './values.js';

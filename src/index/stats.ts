@@ -77,6 +77,26 @@ export function mergeStats(list: readonly IndexStats[]): IndexStats {
   };
 }
 
+/**
+ * Whether two sets of statistics hold the same numbers, in whatever order they are listed (two
+ * replicas of a shard may list them in different orders when their segments differ).
+ */
+export function sameStats(a: IndexStats, b: IndexStats): boolean {
+  return (
+    sameEntries(a.fields, b.fields, (f) => f.field, (f) => `${f.docCount}/${f.sumLength}`) &&
+    sameEntries(a.terms, b.terms, (t) => termKey(t.field, t.term), (t) => t.docFreq) &&
+    sameEntries(a.sortFields, b.sortFields, (f) => f.field, (f) => f.docCount)
+  );
+}
+
+function sameEntries<T>(a: readonly T[] | undefined, b: readonly T[] | undefined, key: (x: T) => string, value: (x: T) => string | number): boolean {
+  if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+  if (a.length === 1) return key(a[0]!) === key(b[0]!) && value(a[0]!) === value(b[0]!);
+  const values = new Map(a.map((x) => [key(x), value(x)]));
+  // Each of b's entries takes one of a's, so duplicates cannot stand in for a missing entry.
+  return values.size === a.length && b.every((y) => values.get(key(y)) === value(y) && values.delete(key(y)));
+}
+
 export function termKey(field: string, term: string): string {
   return `${field}\u0000${term}`;
 }

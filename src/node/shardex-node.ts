@@ -11,6 +11,7 @@ import { checkId } from '../distrib/documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { PersistedIndex, type CheckpointPolicy } from '../distrib/index-persistence.js';
+import { ShardStatsCache } from '../distrib/shard-stats-cache.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
 import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type RecoveryProgress, type SyncSource } from '../distrib/recovery.js';
@@ -216,6 +217,8 @@ export class ShardexNode {
   private readonly commitTimers = new Map<string, NodeJS.Timeout>();
   private checkpointTimer: NodeJS.Timeout | undefined;
   private checkpointing = false;
+  /** Each shard's term statistics by query, as this node last saw them coordinating a search. */
+  private readonly shardStats = new ShardStatsCache();
   httpUrl = '';
   grpcAddress = '';
 
@@ -1039,7 +1042,7 @@ export class ShardexNode {
     return this.balanced(shards, opts, async (permit) => {
       const servedBy: Record<string, ServedBy> = {};
       const searchers = this.readPath.searchers(collection, shards, pathOptions(opts, permit, this.readTimeoutMs), servedBy);
-      const res = await distributedSearch(this.schemaOf(collection), searchers, params);
+      const res = await distributedSearch(this.schemaOf(collection), searchers, params, this.shardStats.of(collection));
       const placed = balanceInfo(permit);
       return { ...res, ...(opts.consistency === 'eventual' && { servedBy }), ...(placed && { readBalance: placed }) };
     });

@@ -10,8 +10,8 @@
 // deadline (the read's timeoutMs and signal) bounds every wait and call of the read.
 import type { NodeInfo } from '../coordination/index.js';
 import { ShardexError } from '../errors.js';
-import type { ShardPhaseRequest, ShardSearcher } from '../distrib/search.js';
-import type { IndexStats, ShardSearchResult, StoredDoc } from '../index/index.js';
+import type { ShardPhaseRequest, ShardQueryResult, ShardSearcher, StatsChanged } from '../distrib/search.js';
+import type { IndexStats, StoredDoc } from '../index/index.js';
 import type { StoredEntry } from '../ulog/index.js';
 import { PRIMARY_TARGET } from './balancer.js';
 import { EventualRouter, parseMinVersion, readerFailure, type EventualRequest, type EventualResult, type EventualRouterOptions, type ServedBy } from './eventual.js';
@@ -170,7 +170,7 @@ export class ReadPath {
       return {
         shard,
         stats: (p) => phase<IndexStats>({ kind: 'stats', collection, shard, params: p }),
-        query: (p, stats) => phase<ShardSearchResult>({ kind: 'query', collection, shard, params: p, stats }),
+        query: (p, stats, expect) => phase<ShardQueryResult | StatsChanged>({ kind: 'query', collection, shard, params: p, stats, ...(expect && { expect }) }),
         fetch: (ids, fields) => phase<StoredDoc[]>({ kind: 'fetch', collection, shard, ids: [...ids], ...(fields !== undefined && { fields }) }),
       };
     });

@@ -34,7 +34,8 @@ export const SearchRequest = z.discriminatedUnion('kind', [
   }),
   ShardRef.extend({ kind: z.literal('stats'), params: SearchParams, eventual }),
   // No stats: a collection of one shard scores with the shard's own.
-  ShardRef.extend({ kind: z.literal('query'), params: SearchParams, stats: z.record(z.string(), z.unknown()).optional(), eventual }),
+  // expect: the shard's own statistics the coordinator summed into `stats` (checked before scoring).
+  ShardRef.extend({ kind: z.literal('query'), params: SearchParams, stats: z.record(z.string(), z.unknown()).optional(), expect: z.record(z.string(), z.unknown()).optional(), eventual }),
   ShardRef.extend({ kind: z.literal('fetch'), ids: z.array(id).max(10_000), fields: z.string().optional(), eventual }),
 ]);
 

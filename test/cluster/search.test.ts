@@ -105,11 +105,11 @@ describe('distributed search (3 nodes: 1-shard and 5-shard collections of the sa
     for (const h of res.body.hits) expect(Object.keys(h).sort()).toEqual(['id', 'score', 'title']);
   });
 
-  it('says where a search\'s time went with timing=true (dfs, query, merge, fetch), and only then', async () => {
+  it('says where a search\'s time went with timing=true (dfs, query, merge, fetch, rounds), and only then', async () => {
     const url = `${tc.urls[0]}/api/collections/five/search?q=*&limit=3`;
     const timed = await http('GET', `${url}&timing=true`);
     expect(timed.status).toBe(200);
-    expect(Object.keys(timed.body.timing).sort()).toEqual(['dfsMs', 'fetchMs', 'mergeMs', 'queryMs']);
+    expect(Object.keys(timed.body.timing).sort()).toEqual(['dfsMs', 'fetchMs', 'mergeMs', 'queryMs', 'rounds']);
     for (const v of Object.values(timed.body.timing as Record<string, number>)) expect(v).toBeGreaterThanOrEqual(0);
     expect((await http('GET', url)).body.timing).toBeUndefined();
     const bad = await http('GET', `${url}&timing=maybe`);
