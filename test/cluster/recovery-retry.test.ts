@@ -38,6 +38,10 @@ async function twoNodes(): Promise<{ follower: ShardexNode }> {
   await tc.cluster.waitAllActive(30_000);
   const follower = tc.cluster.nodes.find((n) => n.replica(C, 'shard1')?.role === 'follower');
   if (!follower) throw new Error('no follower of rec/shard1');
+  // Its own recovery at start publishes `active` a moment before it ends: a recover() asked for
+  // meanwhile would find one running and return at once.
+  const replica = follower.replica(C, 'shard1')!;
+  await pollUntil('the follower\'s first recovery to end', () => (replica.recovering ? undefined : true), { ms: 20_000, everyMs: 10 });
   return { follower };
 }
 
