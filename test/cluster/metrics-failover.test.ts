@@ -4,6 +4,7 @@
 // refused, retried, finally failed, and the replica is marked down. The restarted node cannot
 // recover either (inter-node trust): it never holds what was written meanwhile.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ShardexNode } from '../../src/node/shardex-node.js';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
 import { pollUntil } from '../support/poll.js';
 import { parsePrometheusText, samplesNamed } from '../support/prometheus-text.js';
@@ -24,6 +25,18 @@ async function value(url: string, name: string, labels: Record<string, string>):
   const hits = samplesNamed(parsePrometheusText(text), name).filter((s) => Object.entries(labels).every(([k, v]) => s.labels[k] === v));
   expect(hits.length).toBeLessThanOrEqual(1);
   return hits[0]?.value ?? 0;
+}
+
+interface PeerCalls {
+  call(node: string, method: string, body: unknown, timeoutMs?: number): Promise<unknown>;
+}
+
+/** `node`'s `versions` calls to `leader` answered by `leader` in-process (its other calls go over the network). */
+function answerVersionsInProcess(node: ShardexNode, leader: ShardexNode): void {
+  const peers = (node as unknown as { peers: PeerCalls }).peers;
+  const real = peers.call.bind(peers);
+  const versions = (leader as unknown as { onPeerVersions(req: unknown): unknown }).onPeerVersions.bind(leader);
+  peers.call = (target, method, body, timeoutMs) => (method === 'versions' && target === leader.name ? Promise.resolve().then(() => versions(body)) : real(target, method, body, timeoutMs));
 }
 
 const url = (i: number): string => tc.cluster.nodes[i]!.httpUrl;
@@ -60,9 +73,12 @@ describe('failover metrics', () => {
   });
 
   it('count FROMLEADER updates retried, then failed, and the replica marked down, when a replica refuses them', async () => {
-    // The old leader comes back with another secret: it publishes itself recovering, so the new
-    // leader sends it every update, and it refuses each one (and cannot sync from the leader).
+    // The old leader comes back with another secret: it refuses every update of the new leader,
+    // and the leader refuses its calls. A replica publishes itself recovering only once its leader
+    // says it leads: that one question is answered here, in-process, so that it does, and the new
+    // leader sends it every update (its sync from the leader is still refused: it never recovers).
     await tc.cluster.startNode(first, { clusterSecret: WRONG });
+    answerVersionsInProcess(tc.cluster.nodes[first]!, tc.cluster.nodes[second]!);
     const seen = tc.cluster.nodes[second]!.coordinator;
     await pollUntil('the restarted replica to be live and recovering', () => (seen.isLive(name(first)) && replicaState(first) === 'recovering' ? true : undefined), { ms: 20_000 });
     const dest = { dest: name(first) };
