@@ -187,11 +187,14 @@ export class DevCluster {
       await node.waitFor(() => {
         for (const [c, state] of node.coordinator.collections()) {
           for (const s of state.shards) {
-            if (node.coordinator.leader(c, s.name) === undefined) return false;
+            const leader = node.coordinator.leader(c, s.name);
+            if (leader === undefined) return false;
             if (s.replicas.some((r) => r.state !== 'active')) return false;
             if (!s.replicas.some((r) => r.node === node.name)) continue;
             const r = node.replica(c, s.name);
             if (!r || r.health !== 'active' || r.recovering) return false;
+            // The leader takes writes only once it has announced its epoch and synced (ready).
+            if (leader.node === node.name && r.role !== 'leader') return false;
           }
         }
         return true;

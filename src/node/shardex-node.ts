@@ -469,9 +469,10 @@ export class ShardexNode {
     replica.index = index;
     this.replicas.set(key, replica);
     this.log.info({ replica: key, docs: store.docCount, maxVersion: store.maxVersion, index: report.method, segments: report.segments, replayed: report.replayed, indexMs: report.ms, ...(report.problem && { problem: report.problem }) }, 'replica opened');
-    await this.joinElection(replica);
-    // A replica that (re)starts catches up from its leader before it counts as active.
+    // A replica that (re)starts catches up from its leader before it counts as active: recovering
+    // from the moment it is seen (it ends at once if this replica is elected instead).
     void this.recover(replica);
+    await this.joinElection(replica);
     return replica;
   }
 
