@@ -642,21 +642,14 @@ export class ShardexNode {
           // an election replaces it: recovering from it would wait for its open, and a replica
           // that recovers may not stand. So the replica stays a candidate until its leader leads
           // (asked again shortly while it is still the leader on record).
-          let probe = await source.info();
-          for (let i = 0; probe.leading !== true && i < LEADER_POLLS && current() && this.coordinator.leader(collection, shard)?.node === leader; i++) {
-            await sleep(LEADER_POLL_MS, this.lifetimeAbort.signal);
-            probe = await source.info();
-          }
+          const onRecord = (): boolean => current() && this.coordinator.leader(collection, shard)?.node === leader;
+          const probe = await this.infoUntil(source, (i) => i.leading === true, onRecord, LEADER_POLLS);
           if (probe.leading !== true) throw new ShardexError('SHX_NOT_LEADER', `${leader} does not lead ${replica.key} yet`);
           const t0 = performance.now();
           replica.step({ type: 'recoveryStarted' });
           await this.coordinator.setReplicaState(collection, shard, this.name, 'recovering');
           // The leader learns of the new state by its watch: asked again shortly until it has.
-          let info = await source.info();
-          for (let i = 0; info.replicaState === 'down' && i < SEE_RECOVERING_POLLS && current(); i++) {
-            await sleep(SEE_RECOVERING_POLL_MS, this.lifetimeAbort.signal);
-            info = await source.info();
-          }
+          const info = await this.infoUntil(source, (i) => i.replicaState !== 'down', current, SEE_RECOVERING_POLLS);
           if (info.replicaState === 'down') throw new ShardexError('SHX_RECOVERING', `leader ${leader} does not see ${this.name} recovering yet`);
           const t1 = performance.now();
           const report = await syncFrom(replica, source, info, this.recoveryProgress(replica));
@@ -678,6 +671,16 @@ export class ShardexNode {
     } finally {
       replica.recovering = false;
     }
+  }
+
+  /** Asks `source` for its log info until `settled` holds of the answer: again every INFO_POLL_MS, at most `polls` more times, while `going()`. */
+  private async infoUntil(source: SyncSource, settled: (info: PeerLogInfo) => boolean, going: () => boolean, polls: number): Promise<PeerLogInfo> {
+    let info = await source.info();
+    for (let i = 0; !settled(info) && i < polls && going(); i++) {
+      await sleep(INFO_POLL_MS, this.lifetimeAbort.signal);
+      info = await source.info();
+    }
+    return info;
   }
 
   /** Counts the documents a recovery or catch-up of `replica` stores, as it stores them. */
@@ -1212,11 +1215,9 @@ function balanceInfo(permit: ReadPermit): ReadBalanceInfo | undefined {
 
 /** Pauses between recovery attempts, and between tries to catch up with a new leader (the shared linear backoff, with jitter). */
 const RECOVERY_BACKOFF = nodeRetryBackoff(100, 2000);
-/** How often, and how many times, a recovery asks its leader on record again whether it leads yet. */
-const LEADER_POLL_MS = 50;
-const LEADER_POLLS = 100;
-/** How often, and how many times, a recovery asks its leader again whether it sees the replica recovering. */
-const SEE_RECOVERING_POLL_MS = 25;
+/** How often a recovery asks its leader again: whether it leads yet (at most 5 s of asking), whether it sees the replica recovering (1 s). */
+const INFO_POLL_MS = 25;
+const LEADER_POLLS = 200;
 const SEE_RECOVERING_POLLS = 40;
 const CATCH_UP_BACKOFF = nodeRetryBackoff(50, 1000);
 /** Tries after the first to catch up with a new leader (about 90 s of pauses). */
