@@ -1,15 +1,33 @@
-// Runs a parsed query over one index: every clause yields its matching documents in increasing
-// document order with their scores; conjunctions, exclusions and filters merge those lists,
-// disjunctions (OR, unfielded words over several fields) sum into a dense accumulator. Scores are
-// summed in the order the clauses appear in the query and fields in name order (never in an
-// order that depends on a shard's data), so every shard adds the same numbers in the same order
-// as a single index would, and a sharded collection scores bit for bit like one index.
+// Runs a parsed query over one index. Every clause is a cursor over its matching documents in
+// increasing document order (cursors.ts): conjunctions and filters leapfrog from their rarest
+// clause, filters are bitsets cached per index (filter-cache.ts), and clauses that need all their
+// matches at once (phrases, prefixes, ranges, exists, ids) are materialized and read back. A
+// union of terms alone reads every posting anyway, so it sums into a dense accumulator instead,
+// its filters as one mask. Scores are summed in the order the clauses appear in the query and
+// fields in name order (never in an order that depends on a shard's data), so every shard adds
+// the same numbers in the same order as a single index would, and a sharded collection scores
+// bit for bit like one index.
 
 import type { InvertedField } from './inverted-field.js';
 import type { NumericField } from './numeric-field.js';
-import type { BoolQuery, NumberRangeQuery, KeywordRangeQuery, Query } from './query.js';
-import { addOptional, intersect, NO_MATCHES, subtract, type Accumulator, type AccumulatorPool, type Matches } from './matches.js';
+import type { BoolQuery, NumberRangeQuery, KeywordRangeQuery, Query, TermQuery } from './query.js';
+import { NO_MATCHES, type Accumulator, type AccumulatorPool, type Matches } from './matches.js';
 import { bm25, bm25Idf, type StatsLookup } from './stats.js';
+import {
+  AllCursor,
+  BitsetCursor,
+  BoostedCursor,
+  ConjunctionCursor,
+  DisjunctionCursor,
+  drainCursor,
+  EMPTY_CURSOR,
+  ExclusionCursor,
+  MatchesCursor,
+  OptionalCursor,
+  PostingsCursor,
+  type DocCursor,
+} from './cursors.js';
+import type { CachedFilter, FilterCache } from './filter-cache.js';
 
 /** What the executor reads of an index. */
 export interface IndexView {
@@ -26,6 +44,8 @@ export interface IndexView {
   schemaBoost(key: string): number;
   /** Scratch score accumulators, reused across queries. */
   readonly accumulators: AccumulatorPool;
+  /** Filter clauses' bitsets, kept across queries (cleared when documents are renumbered). */
+  readonly filterCache: FilterCache;
 }
 
 export class QueryExecutor {
@@ -35,30 +55,172 @@ export class QueryExecutor {
     private readonly boosts: Readonly<Record<string, number>> | undefined,
   ) {}
 
-  run(q: Query, scoring: boolean): Matches {
+  /** A clause materialized: a fielded phrase or prefix, a range, exists or ids. */
+  private leaf(q: Query, scoring: boolean): Matches {
     switch (q.kind) {
-      case 'none':
-        return NO_MATCHES;
-      case 'all':
-        return this.all(q.boost, scoring);
-      case 'term':
-        if (q.field === null) return this.disjunction([q], scoring);
-        return this.perField(q.field, scoring, (f, s) => this.term(f, q.term, q.boost * this.fieldBoost(f.key), s));
       case 'phrase':
-        if (q.field === null) return this.disjunction([q], scoring);
-        return this.perField(q.field, scoring, (f, s) => this.phrase(f, q.terms, q.positions, q.boost * this.fieldBoost(f.key), s));
+        return this.perField(q.field, (f) => this.phrase(f, q.terms, q.positions, q.boost * this.fieldBoost(f.key), scoring));
       case 'prefix':
-        if (q.field === null) return this.disjunction([q], scoring);
-        return this.perField(q.field, scoring, (f, s) => this.prefix(f, q.prefix, q.boost * this.fieldBoost(f.key), s));
+        return this.perField(q.field, (f) => this.prefix(f, q.prefix, q.boost * this.fieldBoost(f.key), scoring));
       case 'range':
         return q.target === 'number' ? this.numberRange(q, scoring) : this.keywordRange(q, scoring);
       case 'exists':
         return this.exists(q.target, q.field, q.boost, scoring);
       case 'ids':
         return this.ids(q.ids, q.boost, scoring);
-      case 'bool':
-        return this.bool(q, scoring);
+      default:
+        throw new Error(`a ${q.kind} query is not evaluated as a leaf`);
     }
+  }
+
+  /**
+   * The matches of `q` among those of every filter (scored when `scoring`; filters never add to
+   * scores): a conjunction led by its rarest clause, each filter a cached bitset.
+   */
+  matches(q: Query, filters: readonly Query[], scoring: boolean): Matches {
+    // A union of terms reads every posting anyway: it is summed in a dense accumulator (Lucene's
+    // BooleanScorer), the filters as one mask, rather than merged posting by posting.
+    const terms = unionOfTerms(q);
+    if (terms !== null) {
+      if (filters.length === 0) return this.termUnion(terms, scoring, null);
+      const mask = this.filterMask(filters);
+      return mask === null ? NO_MATCHES : this.termUnion(terms, scoring, mask);
+    }
+    const main = this.cursor(q, scoring);
+    if (main === EMPTY_CURSOR) return NO_MATCHES;
+    if (filters.length === 0) return drainCursor(main, this.ix.maxDoc, scoring);
+    const parts: DocCursor[] = [main];
+    for (const f of filters) {
+      const c = this.filterCursor(f);
+      if (c === EMPTY_CURSOR) return NO_MATCHES;
+      parts.push(c);
+    }
+    return drainCursor(new ConjunctionCursor(parts, 1), this.ix.maxDoc, scoring);
+  }
+
+  /** The documents every filter matches, as one bitset (null when none does); deleted documents may be set. */
+  private filterMask(filters: readonly Query[]): Uint32Array | null {
+    let mask: Uint32Array | null = null;
+    for (const f of filters) {
+      const c = this.cachedFilter(f);
+      if (c.count === 0) return null;
+      if (mask === null) mask = c.bits;
+      else {
+        // A fresh array: the cached bitsets are shared.
+        const and: Uint32Array = new Uint32Array(mask.length);
+        for (let w = 0; w < and.length; w++) and[w] = mask[w] & c.bits[w];
+        mask = and;
+      }
+    }
+    return mask;
+  }
+
+  /** The scores of `docs` (increasing, each a match of `q`): what a sort not by score reports for its page. */
+  scoresOf(q: Query, docs: Int32Array): Float64Array {
+    const scores = new Float64Array(docs.length);
+    const c = this.cursor(q, true);
+    for (let i = 0; i < docs.length; i++) {
+      if (c.advance(docs[i]) !== docs[i]) throw new Error(`document ${docs[i]} does not match the query it was found by`);
+      scores[i] = c.score();
+    }
+    return scores;
+  }
+
+  private filterCursor(f: Query): DocCursor {
+    const cached = this.cachedFilter(f);
+    return cached.count === 0 ? EMPTY_CURSOR : new BitsetCursor(cached.bits, cached.count, this.ix.live);
+  }
+
+  private cachedFilter(f: Query): CachedFilter {
+    const ix = this.ix;
+    return ix.filterCache.get(JSON.stringify(f), ix.maxDoc, () => drainCursor(this.cursor(f, false), ix.maxDoc, false));
+  }
+
+  /**
+   * A cursor over the matches of `q`: terms read their postings, conjunctions leapfrog, and the
+   * clauses that need every match at once (phrases, prefixes, ranges, exists, ids) are run() and
+   * read back. Disjunctions flatten as disjunction() does, so the scores are its scores bit for bit.
+   */
+  cursor(q: Query, scoring: boolean): DocCursor {
+    switch (q.kind) {
+      case 'none':
+        return EMPTY_CURSOR;
+      case 'all':
+        return new AllCursor(this.ix.live, this.ix.maxDoc, q.boost);
+      case 'term': {
+        if (q.field === null) return this.disjunctionCursor([q], scoring);
+        const f = this.ix.inverted(q.field);
+        return f === undefined ? EMPTY_CURSOR : this.termCursor(f, q.term, q.boost * this.fieldBoost(f.key), scoring);
+      }
+      case 'phrase':
+      case 'prefix':
+        if (q.field === null) return this.disjunctionCursor([q], scoring);
+        return matchesCursor(this.leaf(q, scoring));
+      case 'bool':
+        return this.boolCursor(q, scoring);
+      default:
+        return matchesCursor(this.leaf(q, scoring));
+    }
+  }
+
+  private termCursor(f: InvertedField, term: string, boost: number, scoring: boolean): DocCursor {
+    const id = f.termId(term);
+    if (id < 0 || f.docFreq[id] === 0) return EMPTY_CURSOR;
+    let params = null;
+    if (scoring) {
+      const { docCount, avgdl } = this.fieldStats(f);
+      params = { boost, idf: bm25Idf(docCount, this.docFreq(f, term, id)), avgdl, lengths: f.lengths };
+    }
+    return new PostingsCursor(f.postingsOf(id), f.postingsLength[id], this.ix.live, params);
+  }
+
+  /** The cursor of disjunction(clauses): its leaves in its order. */
+  private disjunctionCursor(clauses: readonly Query[], scoring: boolean): DocCursor {
+    const children: DocCursor[] = [];
+    const add = (c: DocCursor): void => {
+      if (c !== EMPTY_CURSOR) children.push(c);
+    };
+    for (const c of clauses) {
+      if (c.kind === 'term') {
+        const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
+        for (const f of fields) if (f !== undefined) add(this.termCursor(f, c.term, c.boost * this.fieldBoost(f.key), scoring));
+      } else if (c.kind === 'phrase' && c.field === null) {
+        for (const f of this.ix.defaultTextFields()) add(matchesCursor(this.phrase(f, c.terms, c.positions, c.boost * this.fieldBoost(f.key), scoring)));
+      } else if (c.kind === 'prefix' && c.field === null) {
+        for (const f of this.ix.defaultTextFields()) add(matchesCursor(this.prefix(f, c.prefix, c.boost * this.fieldBoost(f.key), scoring)));
+      } else {
+        add(this.cursor(c, scoring));
+      }
+    }
+    if (children.length === 0) return EMPTY_CURSOR;
+    return children.length === 1 ? children[0] : new DisjunctionCursor(children);
+  }
+
+  /** The cursor of bool(): musts leapfrog, shoulds add to their scores, mustNots are skipped. */
+  private boolCursor(q: BoolQuery, scoring: boolean): DocCursor {
+    let c: DocCursor;
+    if (q.must.length > 0) {
+      const musts: DocCursor[] = [];
+      for (const m of q.must) {
+        const mc = this.cursor(m, scoring);
+        if (mc === EMPTY_CURSOR) return EMPTY_CURSOR;
+        musts.push(mc);
+      }
+      c = musts.length === 1 ? musts[0] : new ConjunctionCursor(musts);
+      if (scoring) {
+        const optional = q.should.map((s) => this.cursor(s, true)).filter((o) => o !== EMPTY_CURSOR);
+        if (optional.length > 0) c = new OptionalCursor(c, optional);
+      }
+    } else if (q.should.length > 0) {
+      c = q.should.length === 1 ? this.cursor(q.should[0], scoring) : this.disjunctionCursor(q.should, scoring);
+    } else {
+      // Only exclusions: everything else, scored 1 (Solr's `*:* -x`).
+      c = new AllCursor(this.ix.live, this.ix.maxDoc, 1);
+    }
+    if (c === EMPTY_CURSOR) return c;
+    const excluded = q.mustNot.map((n) => this.cursor(n, false)).filter((e) => e !== EMPTY_CURSOR);
+    if (excluded.length > 0) c = new ExclusionCursor(c, excluded);
+    return scoring && q.boost !== 1 ? new BoostedCursor(c, q.boost) : c;
   }
 
   private fieldBoost(key: string): number {
@@ -68,31 +230,23 @@ export class QueryExecutor {
   }
 
   /** A clause on one field. */
-  private perField(field: string, scoring: boolean, fn: (f: InvertedField, scoring: boolean) => Matches): Matches {
-    const f = this.ix.inverted(field);
-    return f === undefined ? NO_MATCHES : fn(f, scoring);
+  private perField(field: string | null, fn: (f: InvertedField) => Matches): Matches {
+    const f = field === null ? undefined : this.ix.inverted(field);
+    return f === undefined ? NO_MATCHES : fn(f);
   }
 
   /**
-   * Documents matching any of `clauses`, scores summed clause by clause (and, for unfielded
-   * clauses, field by field in name order) into one dense accumulator: no intermediate lists.
-   * A field a shard lacks adds nothing, so every shard sums the same numbers in the same order.
+   * Documents matching any of the term clauses `terms` (and the mask, when given), scores summed
+   * clause by clause (and, for unfielded clauses, field by field in name order) into one dense
+   * accumulator: the sums disjunctionCursor() makes, without a merge per posting. A field a shard
+   * lacks adds nothing, so every shard sums the same numbers in the same order.
    */
-  private disjunction(clauses: readonly Query[], scoring: boolean): Matches {
+  private termUnion(terms: readonly TermQuery[], scoring: boolean, mask: Uint32Array | null): Matches {
     const acc = this.ix.accumulators.acquire(this.ix.maxDoc);
     try {
-      for (const c of clauses) {
-        if (c.kind === 'none') continue;
-        if (c.kind === 'term') {
-          const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
-          for (const f of fields) if (f !== undefined) this.termInto(acc, f, c.term, c.boost * this.fieldBoost(f.key), scoring);
-        } else if (c.kind === 'phrase' && c.field === null) {
-          for (const f of this.ix.defaultTextFields()) acc.addAll(this.phrase(f, c.terms, c.positions, c.boost * this.fieldBoost(f.key), scoring), scoring);
-        } else if (c.kind === 'prefix' && c.field === null) {
-          for (const f of this.ix.defaultTextFields()) acc.addAll(this.prefix(f, c.prefix, c.boost * this.fieldBoost(f.key), scoring), scoring);
-        } else {
-          acc.addAll(this.run(c, scoring), scoring);
-        }
+      for (const c of terms) {
+        const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
+        for (const f of fields) if (f !== undefined) this.termInto(acc, f, c.term, c.boost * this.fieldBoost(f.key), scoring, mask);
       }
       return acc.drain(this.ix.maxDoc, scoring);
     } finally {
@@ -101,7 +255,7 @@ export class QueryExecutor {
   }
 
   /** A term's postings streamed into an accumulator. */
-  private termInto(acc: Accumulator, f: InvertedField, term: string, boost: number, scoring: boolean): void {
+  private termInto(acc: Accumulator, f: InvertedField, term: string, boost: number, scoring: boolean, mask: Uint32Array | null): void {
     const id = f.termId(term);
     if (id < 0 || f.docFreq[id] === 0) return;
     const p = f.postingsOf(id);
@@ -115,6 +269,7 @@ export class QueryExecutor {
       for (let i = 0; i < len; i += 2) {
         const d = p[i];
         if (live[d] !== 1 || marks[d] === 1) continue;
+        if (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0) continue;
         marks[d] = 1;
         touched[count++] = d;
       }
@@ -127,6 +282,7 @@ export class QueryExecutor {
     for (let i = 0; i < len; i += 2) {
       const d = p[i];
       if (live[d] !== 1) continue;
+      if (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0) continue;
       const s = boost * bm25(p[i + 1], lengths[d], avgdl, idf);
       if (marks[d] === 0) {
         marks[d] = 1;
@@ -148,33 +304,6 @@ export class QueryExecutor {
 
   private docFreq(f: InvertedField, term: string, id: number): number {
     return this.stats?.docFreq(f.key, term) ?? f.docFreq[id];
-  }
-
-  private term(f: InvertedField, term: string, boost: number, scoring: boolean): Matches {
-    const id = f.termId(term);
-    if (id < 0 || f.docFreq[id] === 0) return NO_MATCHES;
-    const p = f.postingsOf(id);
-    const len = f.postingsLength[id];
-    const live = this.ix.live;
-    const size = f.docFreq[id];
-    const docs = new Int32Array(size);
-    let k = 0;
-    if (!scoring) {
-      for (let i = 0; i < len; i += 2) if (live[p[i]] === 1) docs[k++] = p[i];
-      return { docs, scores: null, size: k };
-    }
-    const { docCount, avgdl } = this.fieldStats(f);
-    const idf = bm25Idf(docCount, this.docFreq(f, term, id));
-    const lengths = f.lengths;
-    const scores = new Float64Array(size);
-    for (let i = 0; i < len; i += 2) {
-      const d = p[i];
-      if (live[d] !== 1) continue;
-      docs[k] = d;
-      scores[k] = boost * bm25(p[i + 1], lengths[d], avgdl, idf);
-      k++;
-    }
-    return { docs, scores, size: k };
   }
 
   /** Exact phrase: tf is the number of positions where every term sits at its offset. */
@@ -341,17 +470,6 @@ export class QueryExecutor {
     return constant(docs, k, boost * this.fieldBoost(field), scoring);
   }
 
-  private all(boost: number, scoring: boolean): Matches {
-    const live = this.ix.live;
-    const n = this.ix.maxDoc;
-    let count = 0;
-    for (let d = 0; d < n; d++) count += live[d];
-    const docs = new Int32Array(count);
-    let k = 0;
-    for (let d = 0; d < n; d++) if (live[d] === 1) docs[k++] = d;
-    return constant(docs, k, boost, scoring);
-  }
-
   private ids(ids: readonly string[], boost: number, scoring: boolean): Matches {
     const found: number[] = [];
     for (const id of ids) {
@@ -360,27 +478,6 @@ export class QueryExecutor {
     }
     found.sort((a, b) => a - b);
     return constant(Int32Array.from(found), found.length, boost, scoring);
-  }
-
-  private bool(q: BoolQuery, scoring: boolean): Matches {
-    let acc: Matches;
-    if (q.must.length > 0) {
-      acc = this.run(q.must[0], scoring);
-      for (let i = 1; i < q.must.length && acc.size > 0; i++) acc = intersect(acc, this.run(q.must[i], scoring), scoring);
-      for (const s of q.should) if (acc.size > 0) acc = scoring ? addOptional(acc, this.run(s, true)) : acc;
-    } else if (q.should.length > 0) {
-      acc = q.should.length === 1 ? this.run(q.should[0], scoring) : this.disjunction(q.should, scoring);
-    } else {
-      // Only exclusions: everything else, scored 1 (Solr's `*:* -x`).
-      acc = this.all(1, scoring);
-    }
-    for (const n of q.mustNot) if (acc.size > 0) acc = subtract(acc, this.run(n, false));
-    if (scoring && q.boost !== 1 && acc.scores !== null) {
-      const scores = new Float64Array(acc.size);
-      for (let i = 0; i < acc.size; i++) scores[i] = acc.scores[i] * q.boost;
-      acc = { docs: acc.docs, scores, size: acc.size };
-    }
-    return acc;
   }
 
   private collect(marks: Uint8Array, boost: number, scoring: boolean): Matches {
@@ -392,6 +489,17 @@ export class QueryExecutor {
     for (let d = 0; d < marks.length; d++) if ((marks[d] & live[d]) === 1) docs[k++] = d;
     return constant(docs, k, boost, scoring);
   }
+}
+
+/** The term clauses of `q` when it is a union of terms and nothing else, or null. */
+function unionOfTerms(q: Query): readonly TermQuery[] | null {
+  if (q.kind === 'term') return [q];
+  if (q.kind !== 'bool' || q.must.length > 0 || q.mustNot.length > 0 || q.boost !== 1 || q.should.length === 0) return null;
+  return q.should.every((c): c is TermQuery => c.kind === 'term') ? (q.should as readonly TermQuery[]) : null;
+}
+
+function matchesCursor(m: Matches): DocCursor {
+  return m.size === 0 ? EMPTY_CURSOR : new MatchesCursor(m);
 }
 
 function markPostings(f: InvertedField, id: number, marks: Uint8Array): boolean {

@@ -12,7 +12,8 @@ import { ShardexError } from '../errors.js';
 import { Analyzer } from './analyzer.js';
 import { checkDocument, parseFieldList, projectFields, type StoredDoc } from './document.js';
 import { QueryExecutor, type IndexView } from './execute.js';
-import { AccumulatorPool, restrict, type Matches } from './matches.js';
+import { FilterCache } from './filter-cache.js';
+import { AccumulatorPool, type Matches } from './matches.js';
 import { grow, InvertedField, type ForwardSink, type InvertedState, type PackedInvertedState } from './inverted-field.js';
 import { NumericField, type NumericState } from './numeric-field.js';
 import { forwardLength, unpackForwardInto, type FlatForward, type PackedForward } from './postings-codec.js';
@@ -110,6 +111,7 @@ export class ShardIndex implements IndexView, ForwardSink {
   private readonly numericByKey = new Map<string, NumericField>();
   private defaultFields: InvertedField[] | null = null;
   readonly accumulators = new AccumulatorPool();
+  readonly filterCache = new FilterCache();
 
   // write-path scratch
   private fwd = new Int32Array(256);
@@ -275,6 +277,8 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.live.fill(0, n);
     this.maxDoc = n;
     this.deadDocs = 0;
+    // Numbers now name other documents.
+    this.filterCache.clear();
   }
 
   /**
@@ -615,16 +619,15 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.checkSortFields(sort, stats);
 
     const executor = new QueryExecutor(this, stats, req.boosts);
-    let m = executor.run(q, true);
-    for (const f of filters) {
-      if (m.size === 0) break;
-      m = restrict(m, executor.run(f, false));
-    }
+    // A sort not by score scores only the page's hits (their score is still reported).
+    const byScore = sort.some((key) => key.type === 'score');
+    const m = executor.matches(q, filters, byScore);
     const top = this.selectTop(m, offset + limit, sort);
+    const scores = byScore ? null : this.pageScores(executor, q, m, top);
     const hits: SearchHit[] = new Array(top.length);
     for (let i = 0; i < top.length; i++) {
       const doc = m.docs[top[i]];
-      const score = m.scores![top[i]];
+      const score = scores === null ? m.scores![top[i]] : scores.get(doc)!;
       hits[i] = { id: this.ids[doc] as string, score, sortValues: sort.map((key) => this.sortValue(key, doc, score)) };
     }
     return { total: m.size, hits };
@@ -650,12 +653,7 @@ export class ShardIndex implements IndexView, ForwardSink {
     const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
     const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
-    const executor = new QueryExecutor(this, null, undefined);
-    let m = executor.run(q, false);
-    for (const f of filters) {
-      if (m.size === 0) break;
-      m = restrict(m, executor.run(f, false));
-    }
+    const m = new QueryExecutor(this, null, undefined).matches(q, filters, false);
     const ids = new Set<string>();
     for (let i = 0; i < m.size; i++) ids.add(this.ids[m.docs[i]] as string);
     return (id) => ids.has(id);
@@ -744,6 +742,15 @@ export class ShardIndex implements IndexView, ForwardSink {
         return t < 0 ? null : f.terms[t];
       }
     }
+  }
+
+  /** The scores of the page's documents (`top`, indices into `m`), by document. */
+  private pageScores(executor: QueryExecutor, q: Query, m: Matches, top: Int32Array): Map<number, number> {
+    const docs = Int32Array.from(top, (i) => m.docs[i]).sort();
+    const scores = executor.scoresOf(q, docs);
+    const byDoc = new Map<number, number>();
+    for (let i = 0; i < docs.length; i++) byDoc.set(docs[i], scores[i]);
+    return byDoc;
   }
 
   /** Indices into `m` of its best `k` matches in the hit order of sort.ts. */
