@@ -8,6 +8,7 @@
 // the same numbers in the same order as a single index would, and a sharded collection scores
 // bit for bit like one index.
 
+import { ShardexError } from '../errors.js';
 import type { InvertedField } from './inverted-field.js';
 import type { NumericField } from './numeric-field.js';
 import type { BoolQuery, NumberRangeQuery, KeywordRangeQuery, Query, TermQuery } from './query.js';
@@ -69,7 +70,7 @@ export class QueryExecutor {
       case 'ids':
         return this.ids(q.ids, q.boost, scoring);
       default:
-        throw new Error(`a ${q.kind} query is not evaluated as a leaf`);
+        throw new ShardexError('SHX_INTERNAL', `a ${q.kind} query is not evaluated as a leaf`);
     }
   }
 
@@ -120,7 +121,7 @@ export class QueryExecutor {
     const scores = new Float64Array(docs.length);
     const c = this.cursor(q, true);
     for (let i = 0; i < docs.length; i++) {
-      if (c.advance(docs[i]) !== docs[i]) throw new Error(`document ${docs[i]} does not match the query it was found by`);
+      if (c.advance(docs[i]) !== docs[i]) throw new ShardexError('SHX_INTERNAL', `document ${docs[i]} does not match the query it was found by`);
       scores[i] = c.score();
     }
     return scores;
