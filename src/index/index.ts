@@ -15,6 +15,7 @@ export {
   type ShardIndexState,
   type ShardSearchResult,
 } from './shard-index.js';
+export { hashId, IdTable, type IdTableArrays } from './id-table.js';
 export { mergeIndexes, mergeStates } from './merge-segments.js';
 export { DEFAULT_MERGE_POLICY, pickMerge, SegmentedIndex, type MergePolicy, type Segment, type ReplicaSearcher } from './segmented-index.js';
 export {

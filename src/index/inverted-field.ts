@@ -48,9 +48,12 @@ const MAX_PENDING = 1 << 14;
 
 export class InvertedField implements TokenSink {
   readonly kind = 'inverted' as const;
-  private readonly dict = new TermTable();
+  private dict = new TermTable();
   /** Term by id. */
-  readonly terms: string[] = this.dict.terms;
+  /** Term by id (a segment file's field makes these strings when first asked: a term lookup does not need them). */
+  get terms(): string[] {
+    return this.dict.terms;
+  }
   termCount = 0;
 
   // ---- per term ----
@@ -522,9 +525,10 @@ export class InvertedField implements TokenSink {
   /** A field holding `state` (its arrays are used as they are, not copied: views into a segment file's buffer; packed postings are decoded per term when first read). */
   static restore(key: string, slot: number, withPositions: boolean, state: InvertedState | PackedInvertedState): InvertedField {
     const f = new InvertedField(key, slot, withPositions);
-    const n = state.terms.length;
-    // Indexed for lookups when a query or a delete first looks a term up.
-    f.dict.adopt(state.terms);
+    // A segment file's dictionary is used as it is; a merge's terms are indexed at the first lookup.
+    if (state.terms instanceof TermTable) f.dict = state.terms;
+    else f.dict.adopt(state.terms);
+    const n = f.dict.size;
     f.termCount = n;
     const cap = Math.max(16, n);
     f.docFreq = grow(state.docFreq, cap);
@@ -662,7 +666,11 @@ export interface InvertedState extends FlatPostings {
 }
 
 /** A segment file's inverted field: its postings packed (postings-codec.ts), the rest as in InvertedState. */
-export type PackedInvertedState = Omit<InvertedState, keyof FlatPostings> & PackedPostings;
+export type PackedInvertedState = Omit<InvertedState, keyof FlatPostings | 'terms'> &
+  PackedPostings & {
+    /** The terms as a dictionary: a segment file's, ready for lookups (segment-file.ts). */
+    readonly terms: readonly string[] | TermTable;
+  };
 
 /** Where a restored field's terms come from until they are first read. */
 interface RestoredPostings {

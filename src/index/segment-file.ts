@@ -8,27 +8,32 @@
 // Layout: the magic, the header's length and CRC-32, the header (JSON: format, seq, the
 // collection's schema fingerprint, the index's small values, and the table of sections), then the
 // sections, each 8-byte aligned with its own CRC-32: typed arrays as they are in memory (little
-// endian), string lists as UTF-16 text with an Int32 table of starts, each inverted field's
+// endian), string lists as UTF-16 text with an Int32 table of starts, each inverted field's terms
+// as its TermTable's arrays (ready for lookups: nothing is indexed or made a string at open), the
+// document ids as an IdTable (their UTF-16 code units, starts, and a hash table), each inverted field's
 // postings and positions packed per term and the forward index packed per document
 // (postings-codec.ts; most of a file's bytes). Loading checks every checksum and uses the file's
 // buffer as the index's arrays (no copy, outside the JS heap); a term's packed postings are
-// decoded when the term is first read, a document's forward entries each time they are read.
+// decoded when the term is first read, a document's forward entries each time they are read, its
+// id when it is first read (a lookup by id reads the table in place).
 import { open, readFile, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { ShardexError } from '../errors.js';
+import { IdTable, IdTableProblem } from './id-table.js';
 import type { PackedInvertedState } from './inverted-field.js';
+import { TermTable, TermTableProblem } from './term-table.js';
 import { packForward, packPostings, type PackedForward } from './postings-codec.js';
 import { ShardIndex, type ShardIndexOptions, type ShardIndexState, type SlotState } from './shard-index.js';
 import type { CollectionSchema } from './schema.js';
 
 const MAGIC = Buffer.from('SHXSEG01', 'latin1');
 /** Bumped whenever the layout of ShardIndexState changes: older files are rebuilt, not misread. */
-export const SEGMENT_FORMAT = 4;
+export const SEGMENT_FORMAT = 5;
 const PREFIX = MAGIC.length + 8;
 
-type ArrayKind = 'Int32Array' | 'Float64Array' | 'Uint8Array';
-const VIEWS = { Int32Array, Float64Array, Uint8Array } as const;
+type ArrayKind = 'Int32Array' | 'Float64Array' | 'Uint8Array' | 'Uint16Array';
+const VIEWS = { Int32Array, Float64Array, Uint8Array, Uint16Array } as const;
 
 interface SectionEntry {
   readonly kind: ArrayKind;
@@ -41,7 +46,11 @@ interface Header {
   readonly format: number;
   readonly seq: number;
   readonly fingerprint: string;
-  /** The state with every typed array replaced by {"$a": section} and every string list by {"$s": [chars, starts]}. */
+  /**
+   * The state with every typed array replaced by {"$a": section}, every string list by {"$s":
+   * [chars, starts]}, each term dictionary by {"$d": [slots, chars, starts, keys]} (TermTable's
+   * arrays) and the ids by {"$t": [chars, starts, slots]} (IdTable's).
+   */
   readonly state: unknown;
   readonly sections: readonly SectionEntry[];
 }
@@ -60,14 +69,17 @@ function kindOf(a: ArrayBufferView): ArrayKind {
   if (a instanceof Int32Array) return 'Int32Array';
   if (a instanceof Float64Array) return 'Float64Array';
   if (a instanceof Uint8Array) return 'Uint8Array';
+  if (a instanceof Uint16Array) return 'Uint16Array';
   throw new ShardexError('SHX_INTERNAL', `a segment cannot hold a ${a.constructor.name}`);
 }
 
-/** An inverted field's postings and positions packed (the other slots as they are). */
+/** An inverted field's postings and positions packed, its terms as a dictionary (the other slots as they are). */
 function packSlot(slot: SlotState): SlotState<PackedInvertedState> {
   if (slot.kind !== 'inverted') return slot;
-  const { postingStarts, postings, positionStarts, positions, ...rest } = slot.state;
-  return { ...slot, state: { ...rest, ...packPostings({ postingStarts, postings, positionStarts, positions }, slot.withPositions) } };
+  const { postingStarts, postings, positionStarts, positions, terms, ...rest } = slot.state;
+  const dict = new TermTable();
+  dict.adopt(terms);
+  return { ...slot, state: { ...rest, terms: dict, ...packPostings({ postingStarts, postings, positionStarts, positions }, slot.withPositions) } };
 }
 
 /** The bytes of `state` as a segment file (a list of buffers to write in order; the arrays are not copied). */
@@ -86,6 +98,10 @@ export function encodeSegment(state: ShardIndexState, info: SegmentInfo): Buffer
   };
   const pack = (v: unknown): unknown => {
     if (ArrayBuffer.isView(v)) return { $a: add(v) };
+    if (v instanceof TermTable) {
+      const a = v.arrays();
+      return { $d: [add(a.slots), add(a.chars), add(a.starts), add(a.keys)] };
+    }
     if (Array.isArray(v)) {
       if (v.length > 0 && v.every((x) => typeof x === 'string')) {
         const strings = v as string[];
@@ -99,8 +115,10 @@ export function encodeSegment(state: ShardIndexState, info: SegmentInfo): Buffer
     if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, pack(x)]));
     return v;
   };
-  const { forwardStarts, forward, ...rest } = state;
-  const packed = pack({ ...rest, ...packForward({ forwardStarts, forward }), slots: state.slots.map(packSlot) });
+  const { forwardStarts, forward, ids, ...rest } = state;
+  const table = IdTable.build(ids);
+  const packed = pack({ ...rest, ...packForward({ forwardStarts, forward }), slots: state.slots.map(packSlot) }) as Record<string, unknown>;
+  packed.ids = { $t: [add(table.chars), add(table.starts), add(table.slots)] };
   const header: Header = { format: SEGMENT_FORMAT, seq: info.seq, fingerprint: info.fingerprint, state: packed, sections };
   const headerBytes = Buffer.from(JSON.stringify(header), 'utf8');
   const prefix = Buffer.alloc(PREFIX);
@@ -115,7 +133,7 @@ export function encodeSegment(state: ShardIndexState, info: SegmentInfo): Buffer
 export class SegmentProblem extends Error {}
 
 /** The state and info of a segment file's bytes; throws SegmentProblem when anything does not check. */
-export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInvertedState, PackedForward>; info: SegmentInfo } {
+export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInvertedState, PackedForward, IdTable>; info: SegmentInfo } {
   if (file.length < PREFIX || !file.subarray(0, MAGIC.length).equals(MAGIC)) throw new SegmentProblem('not a Shardex segment file (bad magic)');
   const headerLength = file.readUInt32LE(MAGIC.length);
   if (PREFIX + headerLength > file.length) throw new SegmentProblem(`truncated: the header needs ${headerLength} bytes, the file has ${file.length - PREFIX}`);
@@ -139,6 +157,26 @@ export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInve
     if (Array.isArray(v)) return v.map(unpack);
     if (v !== null && typeof v === 'object') {
       if ('$a' in v) return views[(v as { $a: number }).$a]!.array;
+      if ('$d' in v) {
+        const [slots, chars, starts, keys] = (v as { $d: [number, number, number, number] }).$d.map((i) => views[i]?.array);
+        if (!(slots instanceof Int32Array) || !(chars instanceof Uint16Array) || !(starts instanceof Int32Array) || !(keys instanceof Float64Array)) throw new SegmentProblem('a term dictionary does not have the sections it needs');
+        try {
+          return TermTable.fromArrays({ slots, chars, starts, keys });
+        } catch (err) {
+          if (err instanceof TermTableProblem) throw new SegmentProblem(err.message);
+          throw err;
+        }
+      }
+      if ('$t' in v) {
+        const [chars, starts, slots] = (v as { $t: [number, number, number] }).$t.map((i) => views[i]?.array);
+        if (!(chars instanceof Uint16Array) || !(starts instanceof Int32Array) || !(slots instanceof Int32Array)) throw new SegmentProblem('its id table does not have the sections it needs');
+        try {
+          return new IdTable({ chars, starts, slots });
+        } catch (err) {
+          if (err instanceof IdTableProblem) throw new SegmentProblem(err.message);
+          throw err;
+        }
+      }
       if ('$s' in v) {
         const [charsAt, startsAt] = (v as { $s: [number, number] }).$s;
         const text = views[charsAt]!.raw.toString('utf16le');
@@ -151,7 +189,9 @@ export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInve
     }
     return v;
   };
-  return { state: unpack(header.state) as ShardIndexState<PackedInvertedState, PackedForward>, info: { seq: header.seq, fingerprint: header.fingerprint } };
+  const state = unpack(header.state) as ShardIndexState<PackedInvertedState, PackedForward, IdTable>;
+  if (!(state.ids instanceof IdTable)) throw new SegmentProblem('it has no id table');
+  return { state, info: { seq: header.seq, fingerprint: header.fingerprint } };
 }
 
 /** Writes `chunks` as the file `path`: a temporary file, synced, renamed over it, the directory synced. Returns the bytes written. */

@@ -13,6 +13,7 @@ import { Analyzer } from './analyzer.js';
 import { checkDocument, parseFieldList, projectFields, type StoredDoc } from './document.js';
 import { QueryExecutor, type IndexView } from './execute.js';
 import { FilterCache } from './filter-cache.js';
+import { IdTable } from './id-table.js';
 import { AccumulatorPool, type Matches } from './matches.js';
 import { grow, InvertedField, type ForwardSink, type InvertedState, type PackedInvertedState } from './inverted-field.js';
 import { NumericField, type NumericState } from './numeric-field.js';
@@ -94,8 +95,12 @@ export class ShardIndex implements IndexView, ForwardSink {
   private readonly analyzer: Analyzer;
   private readonly lookup: DocLookup | undefined;
 
+  /** Ids of the documents added to this index (a restored index's are in restoredIds). */
   private readonly idToDoc = new Map<string, number>();
+  /** Id by document: set when added, or when a restored document's id is first read. */
   private ids: (string | undefined)[] = [];
+  /** A restored index's ids and their lookup table, read in place from its segment file until compact() renumbers. */
+  private restoredIds: IdTable | null = null;
   live = new Uint8Array(1024);
   /** Per document: [slot, count, termId x count, ...] of every field it touched; read through forwardOf(). */
   private forward: (Int32Array | undefined)[] = [];
@@ -142,12 +147,23 @@ export class ShardIndex implements IndexView, ForwardSink {
   }
 
   has(id: string): boolean {
-    return this.idToDoc.has(id);
+    return this.docOf(id) >= 0;
   }
 
-  /** The ids of the live documents (a copy: the index may change while the caller walks it). */
+  /** The ids of the live documents, in document order (a copy: the index may change while the caller walks it). */
   liveIds(): string[] {
-    return [...this.idToDoc.keys()];
+    const out: string[] = [];
+    for (let d = 0; d < this.maxDoc; d++) if (this.live[d] === 1) out.push(this.idAt(d) as string);
+    return out;
+  }
+
+  /** Live document d's id (undefined for a deleted one); a restored one's is decoded once, when first read. */
+  private idAt(d: number): string | undefined {
+    const id = this.ids[d];
+    if (id !== undefined) return id;
+    const t = this.restoredIds;
+    if (t === null || d >= t.count || this.live[d] !== 1) return undefined;
+    return (this.ids[d] = t.idOf(d));
   }
 
   // ---- write path ----
@@ -168,8 +184,8 @@ export class ShardIndex implements IndexView, ForwardSink {
   add(id: string, doc: StoredDoc): void {
     if (typeof id !== 'string' || id.length === 0) throw new ShardexError('SHX_BAD_ID', 'a document id must be a non-empty string');
     checkDocument(this.schema, doc);
-    const old = this.idToDoc.get(id);
-    if (old !== undefined) this.removeDoc(old);
+    const old = this.docOf(id);
+    if (old >= 0) this.removeDoc(old);
     const d = this.maxDoc++;
     if (d >= this.live.length) {
       const live = new Uint8Array(this.live.length * 2);
@@ -194,8 +210,8 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   /** Removes the document; false when there was none. */
   delete(id: string): boolean {
-    const d = this.idToDoc.get(id);
-    if (d === undefined) return false;
+    const d = this.docOf(id);
+    if (d < 0) return false;
     this.removeDoc(d);
     this.maybeCompact();
     return true;
@@ -252,7 +268,7 @@ export class ShardIndex implements IndexView, ForwardSink {
     for (let d = 0; d < oldMax; d++) {
       const nd = newDoc[d];
       if (nd < 0) continue;
-      const id = this.ids[d] as string;
+      const id = this.idAt(d) as string;
       const fwd = this.forwardOf(d) as Int32Array;
       for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
         const map = termMaps[fwd[i]];
@@ -271,6 +287,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       this.forward[d] = this.keepForward(fwd, fwd.length);
     }
     this.restoredForward = null;
+    this.restoredIds = null;
     this.ids.length = n;
     this.forward.length = n;
     this.live.fill(1, 0, n);
@@ -312,7 +329,8 @@ export class ShardIndex implements IndexView, ForwardSink {
       if (f.kind === 'inverted') f.removeDoc(d, fwd, i + 2, fwd[i + 1], this.live);
       else f.remove(d);
     }
-    this.idToDoc.delete(this.ids[d] as string);
+    const id = this.ids[d];
+    if (id !== undefined) this.idToDoc.delete(id);
     this.forward[d] = undefined;
     this.ids[d] = undefined;
     this.liveCount--;
@@ -505,7 +523,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       maxDoc,
       liveCount: this.liveCount,
       deadDocs: this.deadDocs,
-      ids: Array.from({ length: maxDoc }, (_, d) => this.ids[d] ?? ''),
+      ids: Array.from({ length: maxDoc }, (_, d) => this.idAt(d) ?? ''),
       live: this.live.slice(0, maxDoc),
       forwardStarts,
       forward,
@@ -520,13 +538,13 @@ export class ShardIndex implements IndexView, ForwardSink {
    * The index `state` describes, for `schema`. Throws SHX_BAD_CONFIG when the state was written for
    * other declared fields (the caller rebuilds from the documents then).
    */
-  static restore(schema: CollectionSchema, state: ShardIndexState<InvertedState | PackedInvertedState, FlatForward | PackedForward>, options: ShardIndexOptions = {}): ShardIndex {
+  static restore(schema: CollectionSchema, state: RestorableState, options: ShardIndexOptions = {}): ShardIndex {
     const index = new ShardIndex(schema, options);
     index.load(state);
     return index;
   }
 
-  private load(state: ShardIndexState<InvertedState | PackedInvertedState, FlatForward | PackedForward>): void {
+  private load(state: RestorableState): void {
     const declared = this.slots.length;
     if (state.slots.length < declared) throw stateMismatch('it has fewer fields than the schema declares');
     this.slots.length = 0;
@@ -570,15 +588,24 @@ export class ShardIndex implements IndexView, ForwardSink {
     // Forward entries stay in the state's arrays, read per document when needed (a view per document cost time and garbage at open).
     this.forward = new Array<Int32Array | undefined>(maxDoc);
     this.restoredForward = 'packedForward' in state ? packedForwardSource(state, maxDoc) : flatForwardSource(state, maxDoc);
-    for (let d = 0; d < maxDoc; d++) {
-      if (this.live[d] !== 1) continue;
-      const id = state.ids[d]!;
-      this.ids[d] = id;
-      this.idToDoc.set(id, d);
+    let live = 0;
+    if (state.ids instanceof IdTable) {
+      // Looked up and decoded in place (see IdTable): nothing per document at open.
+      if (state.ids.count !== maxDoc) throw stateMismatch(`its id table holds ${state.ids.count} documents, not ${maxDoc}`);
+      this.restoredIds = state.ids;
+      for (let d = 0; d < maxDoc; d++) live += this.live[d]!;
+    } else {
+      for (let d = 0; d < maxDoc; d++) {
+        if (this.live[d] !== 1) continue;
+        const id = state.ids[d]!;
+        this.ids[d] = id;
+        this.idToDoc.set(id, d);
+      }
+      live = this.idToDoc.size;
     }
     this.liveCount = state.liveCount;
     this.deadDocs = state.deadDocs;
-    if (this.idToDoc.size !== this.liveCount) throw stateMismatch(`it lists ${this.idToDoc.size} live documents and counts ${this.liveCount}`);
+    if (live !== this.liveCount) throw stateMismatch(`it lists ${live} live documents and counts ${this.liveCount}`);
   }
 
   // ---- IndexView ----
@@ -603,7 +630,10 @@ export class ShardIndex implements IndexView, ForwardSink {
   }
 
   docOf(id: string): number {
-    return this.idToDoc.get(id) ?? -1;
+    const d = this.idToDoc.get(id);
+    if (d !== undefined) return d;
+    const r = this.restoredIds?.find(id) ?? -1;
+    return r >= 0 && this.live[r] === 1 ? r : -1;
   }
 
   schemaBoost(key: string): number {
@@ -628,7 +658,7 @@ export class ShardIndex implements IndexView, ForwardSink {
     for (let i = 0; i < top.length; i++) {
       const doc = m.docs[top[i]];
       const score = scores === null ? m.scores![top[i]] : scores.get(doc)!;
-      hits[i] = { id: this.ids[doc] as string, score, sortValues: sort.map((key) => this.sortValue(key, doc, score)) };
+      hits[i] = { id: this.idAt(doc) as string, score, sortValues: sort.map((key) => this.sortValue(key, doc, score)) };
     }
     return { total: m.size, hits };
   }
@@ -655,7 +685,7 @@ export class ShardIndex implements IndexView, ForwardSink {
     const filters = (req.filters ?? []).map((f) => (typeof f === 'string' ? parseQuery(f, this.schema, parseOptions) : f));
     const m = new QueryExecutor(this, null, undefined).matches(q, filters, false);
     const ids = new Set<string>();
-    for (let i = 0; i < m.size; i++) ids.add(this.ids[m.docs[i]] as string);
+    for (let i = 0; i < m.size; i++) ids.add(this.idAt(m.docs[i]) as string);
     return (id) => ids.has(id);
   }
 
@@ -697,7 +727,7 @@ export class ShardIndex implements IndexView, ForwardSink {
     const wanted = parseFieldList(fields);
     const out: StoredDoc[] = [];
     for (const id of ids) {
-      if (!this.idToDoc.has(id)) continue;
+      if (!this.has(id)) continue;
       const doc = await lookup(id);
       if (doc !== null && doc !== undefined) out.push(projectFields(id, doc, wanted));
     }
@@ -730,7 +760,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       case 'score':
         return score;
       case 'id':
-        return this.ids[doc] as string;
+        return this.idAt(doc) as string;
       case 'number': {
         const v = this.numeric(key.field)?.sortValue(doc, key.order) ?? NaN;
         return Number.isNaN(v) ? null : v;
@@ -758,9 +788,8 @@ export class ShardIndex implements IndexView, ForwardSink {
     const n = m.size;
     if (k === 0 || n === 0) return new Int32Array(0);
     const docs = m.docs;
-    const ids = this.ids as string[];
     const columns = sort.map((key) => this.sortColumn(key, m));
-    return selectTop(n, k, columns, (i) => ids[docs[i]]);
+    return selectTop(n, k, columns, (i) => this.idAt(docs[i]) as string);
   }
 
   /** A sort key as one number per match (NaN = missing), or null for the id. */
@@ -819,14 +848,21 @@ export interface DynamicPlanState {
 }
 
 /** What ShardIndex.exportState() gives and restore() takes: per-document arrays have maxDoc entries; `I` and `F` are flat in memory, packed in a segment file. */
-export type ShardIndexState<I extends InvertedState | PackedInvertedState = InvertedState, F extends FlatForward | PackedForward = FlatForward> = ShardIndexFields<I> & F;
+export type ShardIndexState<
+  I extends InvertedState | PackedInvertedState = InvertedState,
+  F extends FlatForward | PackedForward = FlatForward,
+  Ids extends readonly string[] | IdTable = readonly string[],
+> = ShardIndexFields<I, Ids> & F;
 
-interface ShardIndexFields<I extends InvertedState | PackedInvertedState> {
+/** What restore() takes: an exported state, or a segment file's. */
+export type RestorableState = ShardIndexState<InvertedState | PackedInvertedState, FlatForward | PackedForward, readonly string[] | IdTable>;
+
+interface ShardIndexFields<I extends InvertedState | PackedInvertedState, Ids extends readonly string[] | IdTable> {
   readonly maxDoc: number;
   readonly liveCount: number;
   readonly deadDocs: number;
-  /** By document number; '' for a deleted document. */
-  readonly ids: readonly string[];
+  /** By document number; '' for a deleted document (a segment file's: an IdTable). */
+  readonly ids: Ids;
   readonly live: Uint8Array;
   readonly slots: readonly SlotState<I>[];
   readonly dynamic: readonly DynamicPlanState[];

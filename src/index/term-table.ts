@@ -46,15 +46,46 @@ export function exactKey(text: string, start: number, end: number): number {
   return key;
 }
 
+/**
+ * A table's arrays as a segment file holds them (TermTable.arrays(), TermTable.fromArrays()). The
+ * hashes in `slots` are hashRange()'s and the keys exactKey()'s: changing either changes the
+ * segment format.
+ */
+export interface TermTableArrays {
+  /** A power-of-two number of (id + 1, hash) pairs, at most half of them taken. */
+  readonly slots: Int32Array<ArrayBuffer>;
+  readonly chars: Uint16Array<ArrayBuffer>;
+  /** One more than the terms. */
+  readonly starts: Int32Array<ArrayBuffer>;
+  /** One per term. */
+  readonly keys: Float64Array<ArrayBuffer>;
+}
+
+/** Why a file's arrays do not make a term table. */
+export class TermTableProblem extends Error {}
+
+/** The term whose exactKey() is `key` (> 0): its base-37 digits, most significant first. */
+function keyText(key: number): string {
+  let s = '';
+  while (key > 0) {
+    const d = key % KEY_BASE;
+    key = (key - d) / KEY_BASE;
+    s = String.fromCharCode(d <= 10 ? d + 0x2f : d + 0x56) + s;
+  }
+  return s;
+}
+
 export class TermTable {
-  /** Term by id. */
-  readonly terms: string[] = [];
+  /** Term by id, up to `count`; a table read from a segment file makes these strings when they are first asked for. */
+  private list: string[] = [];
+  private count = 0;
   /**
    * Terms with an id below this are in the slots and the pool; those above were adopted (a
-   * segment loaded from its file) and are indexed at the first lookup or add, so that a segment
-   * opened and never searched costs its strings only.
+   * merged segment) and are indexed at the first lookup or add.
    */
   private indexed = 0;
+  /** The arrays are views of a segment file's buffer: copied before the table changes. */
+  private borrowed = false;
   /** Per slot: id + 1 (0 = empty), then the term's hash. */
   private slots = new Int32Array(64);
   private mask = 31;
@@ -65,18 +96,69 @@ export class TermTable {
   private keys = new Float64Array(16);
 
   get size(): number {
-    return this.terms.length;
+    return this.count;
+  }
+
+  /** Term by id (a segment file's table makes its strings now, the first time). */
+  get terms(): string[] {
+    if (this.list.length !== this.count) this.makeStrings();
+    return this.list;
   }
 
   /** Takes `terms` (distinct, into an empty table) as ids 0.., to be indexed when first needed. */
   adopt(terms: readonly string[]): void {
-    if (this.terms.length > 0) throw new Error('TermTable.adopt() needs an empty table');
-    for (const term of terms) this.terms.push(term);
+    if (this.count > 0) throw new Error('TermTable.adopt() needs an empty table');
+    for (const term of terms) this.list.push(term);
+    this.count = this.list.length;
+  }
+
+  /** The table over a segment file's arrays (not copied: nothing is made per term until a term's string is asked for). */
+  static fromArrays({ slots, chars, starts, keys }: TermTableArrays): TermTable {
+    const n = keys.length;
+    const cap = slots.length / 2;
+    if (starts.length !== n + 1 || starts[0] !== 0 || starts[n]! > chars.length) throw new TermTableProblem(`its term table's starts (${starts.length}) do not fit its ${n} terms and ${chars.length} characters`);
+    if (cap < 2 || (cap & (cap - 1)) !== 0 || n * 2 > cap) throw new TermTableProblem(`its term table has ${cap} slots for ${n} terms (a power of two at least twice as large is needed)`);
+    const t = new TermTable();
+    t.slots = slots;
+    t.mask = cap - 1;
+    t.chars = chars;
+    t.starts = starts;
+    t.keys = keys;
+    t.count = t.indexed = n;
+    t.borrowed = true;
+    return t;
+  }
+
+  /** The table's arrays, cut to its terms (views, not copies), for a segment file. */
+  arrays(): TermTableArrays {
+    if (this.indexed !== this.count) this.indexAdopted();
+    const n = this.count;
+    return { slots: this.slots, chars: this.chars.subarray(0, this.starts[n]), starts: this.starts.subarray(0, n + 1), keys: this.keys.subarray(0, n) };
+  }
+
+  /** Term `id`'s string, from its key or its characters in the pool. */
+  private textOf(id: number): string {
+    const key = this.keys[id]!;
+    return key >= 0 ? keyText(key) : String.fromCharCode.apply(null, this.chars.subarray(this.starts[id], this.starts[id + 1]) as unknown as number[]);
+  }
+
+  private makeStrings(): void {
+    for (let id = this.list.length; id < this.count; id++) this.list.push(this.textOf(id));
+  }
+
+  /** Copies a segment file's arrays before the table changes them. */
+  private own(): void {
+    if (!this.borrowed) return;
+    this.slots = this.slots.slice();
+    this.chars = this.chars.slice();
+    this.starts = this.starts.slice();
+    this.keys = this.keys.slice();
+    this.borrowed = false;
   }
 
   /** The id of text[start, end) (whose hashRange is `hash` and exactKey is `key`), or -1. */
   find(text: string, start: number, end: number, hash: number, key: number): number {
-    if (this.indexed !== this.terms.length) this.indexAdopted();
+    if (this.indexed !== this.count) this.indexAdopted();
     const len = end - start;
     const slots = this.slots;
     const mask = this.mask;
@@ -106,9 +188,11 @@ export class TermTable {
 
   /** Adds a term known to be absent (its hashRange and exactKey given); returns its id. */
   add(term: string, hash: number, key: number): number {
-    if (this.indexed !== this.terms.length) this.indexAdopted();
-    const id = this.terms.length;
+    if (this.indexed !== this.count) this.indexAdopted();
+    this.own();
+    const id = this.count;
     this.terms.push(term);
+    this.count++;
     if (id === this.keys.length) {
       const keys = new Float64Array(id * 2);
       keys.set(this.keys);
@@ -124,7 +208,7 @@ export class TermTable {
 
   /** Indexes the adopted terms not indexed yet (slots sized once for all of them). */
   private indexAdopted(): void {
-    const n = this.terms.length;
+    const n = this.count;
     if (n > this.keys.length) {
       const keys = new Float64Array(n);
       keys.set(this.keys);
@@ -134,7 +218,7 @@ export class TermTable {
     while (n * 2 > cap) cap *= 2;
     if (cap * 2 !== this.slots.length) this.rehash(cap);
     for (let id = this.indexed; id < n; id++) {
-      const term = this.terms[id]!;
+      const term = this.list[id]!;
       const key = exactKey(term, 0, term.length);
       this.keys[id] = key;
       this.append(id, key < 0 ? term : '');
@@ -145,16 +229,19 @@ export class TermTable {
 
   /** Keeps only the terms whose `keep[id]` is >= 0, renumbered to that value (increasing). */
   retain(keep: Int32Array): void {
-    if (this.indexed !== this.terms.length) this.indexAdopted();
+    if (this.indexed !== this.count) this.indexAdopted();
+    this.own();
+    const terms = this.terms;
     let n = 0;
-    for (let id = 0; id < this.terms.length; id++) {
+    for (let id = 0; id < this.count; id++) {
       const to = keep[id];
       if (to < 0) continue;
-      this.terms[to] = this.terms[id];
+      terms[to] = terms[id];
       this.keys[to] = this.keys[id];
       n++;
     }
-    this.terms.length = n;
+    terms.length = n;
+    this.count = n;
     this.chars = new Uint16Array(256);
     this.starts = new Int32Array(n + 1);
     for (let id = 0; id < n; id++) this.append(id, this.keys[id] < 0 ? this.terms[id] : '');
