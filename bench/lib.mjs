@@ -200,9 +200,12 @@ process.once('SIGINT', () => process.exit(130));
  * `{"ready":true,...}` when they serve) as its own process; resolves with that line's fields
  * once it is printed. Its output is drained (a full pipe would stall it) and the last 2,000 lines
  * kept (`output()`) for error messages. `stop()` sends SIGTERM, then SIGKILL after `graceMs`, to its pid only.
+ * BENCH_NODE_ARGS (space-separated) go to its node, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`
+ * (a profile is written when the process stops, not when it is killed -9).
  */
 export async function startProcess(args, { env = {}, timeoutMs = 60_000, graceMs = 10_000 } = {}) {
-  const child = spawn(process.execPath, [join(root, 'bin/shardex.js'), ...args], {
+  const nodeArgs = process.env.BENCH_NODE_ARGS?.split(' ').filter((a) => a !== '') ?? [];
+  const child = spawn(process.execPath, [...nodeArgs, join(root, 'bin/shardex.js'), ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     // Quiet unless the bench is run with SHARDEX_LOG_LEVEL set (e.g. info, to see refreshes).
     env: { ...process.env, SHARDEX_LOG_LEVEL: process.env.SHARDEX_LOG_LEVEL ?? 'warn', ...env },

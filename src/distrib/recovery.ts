@@ -53,6 +53,8 @@ export interface RecoveryReport {
   readonly copied: number;
   /** Our entries the peer did not hold, replaced by its entries or removed. */
   readonly reverted: number;
+  /** Peer sync: log versions compared one by one (0 when the two logs' digests agreed up to our newest version). */
+  readonly compared?: number;
 }
 
 /** Versions per listing page, and entries per fetch (the RPC's bound is 10,000). */
@@ -102,6 +104,8 @@ export interface LogComparison {
   readonly ours: readonly number[];
   /** Entries of the peer's log we did not hold, applied. */
   readonly applied: number;
+  /** Versions listed on both sides (those after the point where the digests agree). */
+  readonly compared: number;
 }
 
 /** Our newest version when both logs hold the same versions from `from` up to it; else `from`. */
@@ -132,7 +136,7 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
     applied += n;
     progress?.('applied', n);
   }
-  return { theirs: new Set(theirs), ours, applied };
+  return { theirs: new Set(theirs), ours, applied, compared: theirs.length + ours.length };
 }
 
 /**
@@ -170,7 +174,7 @@ export async function syncFrom(replica: ShardReplica, source: SyncSource, info: 
   if (canPeerSync(localMax, from, info)) {
     const logs = await peerSync(replica, source, from, progress);
     const reverted = localMax === 0 ? 0 : await converge(replica, source, info, logs);
-    return { method: 'peer-sync', applied: logs.applied, copied: 0, reverted };
+    return { method: 'peer-sync', applied: logs.applied, copied: 0, reverted, compared: logs.compared };
   }
   await replica.reset();
   let copied = 0;
