@@ -76,7 +76,8 @@ describe('peer sync', () => {
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
 
-    expect(report).toEqual({ method: 'peer-sync', applied: 5, copied: 0, reverted: 0 });
+    // The digests differ (the replica lacks versions in the middle): both logs are listed in full.
+    expect(report).toEqual({ method: 'peer-sync', applied: 5, copied: 0, reverted: 0, compared: 2001 + 1996 });
     expect(counts.entries).toBe(5);
     expect(counts.versions).toBe(2001);
     expect(await contents(replica)).toEqual(await contents(leader));
@@ -103,6 +104,7 @@ describe('peer sync', () => {
     // Logs that agree are compared by their digests alone; others version by version.
     expect(counts.digests).toBe(1);
     expect(counts.versions).toBe(order === 'in order' ? 0 : 300);
+    expect(report.compared).toBe(order === 'in order' ? 0 : 300 + 120);
     expect(await contents(replica)).toEqual(await contents(leader));
   });
 
@@ -115,7 +117,7 @@ describe('peer sync', () => {
     const counts: Counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
-    expect(report).toEqual({ method: 'peer-sync', applied: 10, copied: 0, reverted: 0 });
+    expect(report).toEqual({ method: 'peer-sync', applied: 10, copied: 0, reverted: 0, compared: 10 });
     expect(counts.versions).toBe(10);
     expect(await contents(replica)).toEqual(await contents(leader));
   });
@@ -130,7 +132,7 @@ describe('peer sync', () => {
     const counts: Counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
-    expect(report).toEqual({ method: 'peer-sync', applied: 2, copied: 0, reverted: 1 });
+    expect(report).toEqual({ method: 'peer-sync', applied: 2, copied: 0, reverted: 1, compared: 4 + 3 });
     expect(counts.versions).toBe(4);
     expect(await contents(replica)).toEqual(await contents(leader));
   });
