@@ -527,7 +527,7 @@ function contract(name: string, makeHarness: () => Harness): void {
     });
 
     describe('collections', () => {
-      it('createCollection writes the state: Solr ranges, shards in order, replicas on distinct live data nodes (readers excluded), all active', async () => {
+      it('createCollection writes the state: Solr ranges, shards in order, replicas on distinct live data nodes (readers excluded), all active, one preferred leader per node', async () => {
         const [n1, n2, n3] = [await member('n1'), await member('n2'), await member('n3')];
         const reader = await member('r1', { role: 'reader' });
         await allSee(['n1', 'n2', 'n3', 'r1'], n1, n2, n3, reader);
@@ -541,9 +541,9 @@ function contract(name: string, makeHarness: () => Harness): void {
           autoCommitMs: 1000,
           fields: { title: 'text' },
           shards: [
-            { name: 'shard1', range: '80000000-d554ffff', replicas: ['n1', 'n2'].map((node) => ({ node, state: 'active', type: 'leader-eligible' })) },
-            { name: 'shard2', range: 'd5550000-2aa9ffff', replicas: ['n2', 'n3'].map((node) => ({ node, state: 'active', type: 'leader-eligible' })) },
-            { name: 'shard3', range: '2aaa0000-7fffffff', replicas: ['n3', 'n1'].map((node) => ({ node, state: 'active', type: 'leader-eligible' })) },
+            { name: 'shard1', range: '80000000-d554ffff', replicas: ['n1', 'n2'].map((node) => ({ node, state: 'active', type: 'leader-eligible' })), preferredLeader: 'n1' },
+            { name: 'shard2', range: 'd5550000-2aa9ffff', replicas: ['n2', 'n3'].map((node) => ({ node, state: 'active', type: 'leader-eligible' })), preferredLeader: 'n2' },
+            { name: 'shard3', range: '2aaa0000-7fffffff', replicas: ['n3', 'n1'].map((node) => ({ node, state: 'active', type: 'leader-eligible' })), preferredLeader: 'n3' },
           ],
         });
         for (const m of [n1, n2, n3, reader]) {
@@ -552,6 +552,19 @@ function contract(name: string, makeHarness: () => Harness): void {
           expect([...m.coord.collections().keys()]).toEqual(['c']);
         }
         expect(await n2.coord.terms('c', 'shard2')).toEqual({ n2: 0, n3: 0 });
+      });
+
+      it('requestLeaderRebalance sets preferred leaders among the replicas and counts the request; a node without a replica is refused', async () => {
+        const [n1, n2] = [await member('n1'), await member('n2')];
+        await allSee(['n1', 'n2'], n1, n2);
+        await n1.coord.createCollection(spec('p', 2, 2));
+        const next = await n1.coord.requestLeaderRebalance('p', new Map([['shard1', 'n2']]));
+        expect(next.shards.map((s) => s.preferredLeader)).toEqual(['n2', 'n2']);
+        expect(next.leaderRebalances).toBe(1);
+        await whenCached(n2.coord, 'n2 to see the rebalance', () => n2.coord.collection('p')?.leaderRebalances === 1);
+        expect(n2.coord.collection('p')!.shards[0]!.preferredLeader).toBe('n2');
+        await expect(n1.coord.requestLeaderRebalance('p', new Map([['shard1', 'n9']]))).rejects.toMatchObject({ code: 'SHX_BAD_REQUEST' });
+        await expect(n1.coord.requestLeaderRebalance('p', new Map([['shard9', 'n1']]))).rejects.toMatchObject({ code: 'SHX_NOT_FOUND' });
       });
 
       it('the hash router cuts equal ranges as Solr does', async () => {

@@ -10,7 +10,7 @@
 import type { Logger } from 'pino';
 import { ShardexError } from '../errors.js';
 import { partitionRange, formatRange } from '../hashrange/index.js';
-import { placeReplicas } from './placement.js';
+import { placeReplicas, preferredLeaders } from './placement.js';
 import { StoreError, type SessionState, type Watcher, type ZNodeStore } from './store.js';
 import type {
   CollectionPatch,
@@ -375,12 +375,14 @@ export class ClusterCoordinator implements Coordinator {
     }
     const ranges = partitionRange(spec.numShards, spec.router);
     const placement = placeReplicas(data, spec.numShards, spec.replicationFactor);
+    const preferred = preferredLeaders(placement);
     const state: CollectionState = {
       ...spec,
       shards: ranges.map((r, i) => ({
         name: r.name,
         range: formatRange(r),
         replicas: placement[i]!.map((node) => ({ node, state: 'active' as ReplicaState, type: 'leader-eligible' as const })),
+        preferredLeader: preferred[i]!,
       })),
     };
     const base = `/collections/${spec.name}`;
@@ -407,12 +409,18 @@ export class ClusterCoordinator implements Coordinator {
     await this.store.deleteRecursive(`/collections/${name}`);
   }
 
-  async updateCollection(name: string, patch: CollectionPatch): Promise<CollectionState> {
-    const path = `/collections/${name}/state`;
+  /**
+   * Compare-and-set of a collection's state: `change` gets the current state and returns the next
+   * (undefined: leave it); when another writer changed it in between, it runs again on theirs.
+   * Resolves with what was written, or undefined when nothing was.
+   */
+  private async changeState(collection: string, change: (cur: CollectionState) => CollectionState | undefined): Promise<CollectionState | undefined> {
+    const path = `/collections/${collection}/state`;
     for (;;) {
       const d = await this.store.get(path);
-      if (!d) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${name}' does not exist`);
-      const next: CollectionState = { ...parse<CollectionState>(d.data), ...patch };
+      if (!d) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' does not exist`);
+      const next = change(parse<CollectionState>(d.data));
+      if (next === undefined) return undefined;
       try {
         await this.store.set(path, json(next), d.version);
         return next;
@@ -422,12 +430,29 @@ export class ClusterCoordinator implements Coordinator {
     }
   }
 
+  async updateCollection(name: string, patch: CollectionPatch): Promise<CollectionState> {
+    return (await this.changeState(name, (cur) => ({ ...cur, ...patch })))!;
+  }
+
+  async requestLeaderRebalance(collection: string, preferred: ReadonlyMap<string, string>): Promise<CollectionState> {
+    const next = (await this.changeState(collection, (cur) => {
+      for (const [shard, node] of preferred) {
+        const s = cur.shards.find((x) => x.name === shard);
+        if (!s) throw new ShardexError('SHX_NOT_FOUND', `collection '${collection}' has no shard '${shard}'`);
+        if (!s.replicas.some((r) => r.node === node)) throw new ShardexError('SHX_BAD_REQUEST', `${node} holds no replica of ${collection}/${shard}; a preferred leader must be one of its replicas' nodes`);
+      }
+      return {
+        ...cur,
+        shards: cur.shards.map((s) => (preferred.has(s.name) ? { ...s, preferredLeader: preferred.get(s.name)! } : s)),
+        leaderRebalances: (cur.leaderRebalances ?? 0) + 1,
+      };
+    }))!;
+    this.log.info({ collection, preferred: Object.fromEntries(preferred), rebalances: next.leaderRebalances }, 'leader rebalance requested: preferred leaders set');
+    return next;
+  }
+
   async setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void> {
-    const path = `/collections/${collection}/state`;
-    for (;;) {
-      const d = await this.store.get(path);
-      if (!d) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' does not exist`);
-      const cur = parse<CollectionState>(d.data);
+    const next = await this.changeState(collection, (cur) => {
       let changed = false;
       const next: CollectionState = {
         ...cur,
@@ -444,15 +469,9 @@ export class ClusterCoordinator implements Coordinator {
               },
         ),
       };
-      if (!changed) return;
-      try {
-        await this.store.set(path, json(next), d.version);
-        this.log.info({ collection, shard, node, state }, 'replica state changed');
-        return;
-      } catch (err) {
-        if (!(err instanceof StoreError && err.code === 'BAD_VERSION')) throw err;
-      }
-    }
+      return changed ? next : undefined;
+    });
+    if (next) this.log.info({ collection, shard, node, state }, 'replica state changed');
   }
 
   // ---- elections ----------------------------------------------------------------------

@@ -1,5 +1,5 @@
 export { ClusterCoordinator, type ClusterCoordinatorOptions } from './cluster.js';
-export { placeReplicas } from './placement.js';
+export { balanceLeaders, leaderHandovers, leaderTargets, placeReplicas, preferredLeaders, rebalancedPreferences } from './placement.js';
 export type { ZNodeStore, SessionState } from './store.js';
 export type * from './types.js';
 export { clusterView } from './view.js';

@@ -27,6 +27,12 @@ export interface ShardInfo {
   /** Solr's Range.toString(): unsigned hex lo-hi, no padding. */
   readonly range: string;
   readonly replicas: readonly ReplicaInfo[];
+  /**
+   * The node whose replica should lead the shard when it is live and fit (Solr's `preferredLeader`
+   * property): set at creation, one per node as evenly as the placement allows, and again by a
+   * leader rebalance. Absent in collections created before it existed.
+   */
+  readonly preferredLeader?: string;
 }
 
 export interface CollectionSpec {
@@ -50,6 +56,8 @@ export type CollectionPatch = Partial<Pick<CollectionSpec, 'durability' | 'syncI
 export interface CollectionState extends CollectionSpec {
   /** Shards in ascending range order: shard1, shard2, ... (never string-sorted). */
   readonly shards: readonly ShardInfo[];
+  /** Leader rebalances an operator asked for (POST /api/collections/:c/rebalance-leaders). */
+  readonly leaderRebalances?: number;
 }
 
 export interface LeaderInfo {
@@ -87,6 +95,12 @@ export interface Coordinator {
   /** Changes a collection's settings (durability, autoCommit); every node applies them from the state. */
   updateCollection(name: string, patch: CollectionPatch): Promise<CollectionState>;
   setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void>;
+  /**
+   * An operator's leader rebalance: sets shards' preferred leaders (shard name -> a node holding a
+   * replica of it) and counts the request in `leaderRebalances` (leaders that wait before trying a
+   * handover again try at once); resolves with the new state.
+   */
+  requestLeaderRebalance(collection: string, preferred: ReadonlyMap<string, string>): Promise<CollectionState>;
   /**
    * Stands in the shard's election. Resolves once the candidacy is queued, or at once when
    * coordination does not answer: the candidate then stays in the election, and its candidacy is
