@@ -152,6 +152,41 @@ describe('recovery and standing for leadership', () => {
   });
 });
 
+describe('handover (leader balance)', () => {
+  it('a leader handing over refuses new writes definitely (SHX_NOT_LEADER) and gives no versions', () => {
+    const handing = run([...leaderOf(2), { type: 'handOver' }]).state;
+    expect(handing).toMatchObject({ role: 'leader', handingOver: true });
+    const r = step(handing, { type: 'update', count: 1 });
+    expect(r.effects).toEqual([{ type: 'refuse', code: 'SHX_NOT_LEADER', why: 'is handing its leadership over and accepts no new writes' }]);
+    expect(r.state.clock).toBe(handing.clock);
+  });
+
+  it('a write accepted before the handover is still acknowledged while it hands over', () => {
+    const handing = run([...leaderOf(2), { type: 'update', count: 1 }, { type: 'handOver' }]).state;
+    expect(step(handing, { type: 'fannedOut', acked: ['b'], stale: [], unreachable: [] }).effects).toEqual([{ type: 'acknowledge', rf: 2 }]);
+  });
+
+  it('accepts writes again when the handover is cancelled, with versions after those given before', () => {
+    const before = run([...leaderOf(2), { type: 'update', count: 2 }]).state;
+    const again = run([{ type: 'handOver' }, { type: 'handOverCancelled' }], before).state;
+    expect(again.handingOver).toBe(false);
+    const accepted = step(again, { type: 'update', count: 1 }).effects.find((e) => e.type === 'accept');
+    expect(accepted).toEqual({ type: 'accept', versions: [before.clock + 1] });
+  });
+
+  it('ends with the leadership: a follower, or the next leadership, accepts as usual', () => {
+    const lost = run([...leaderOf(2), { type: 'handOver' }, { type: 'lost' }]).state;
+    expect(lost).toMatchObject({ role: 'follower', handingOver: false });
+    const next = run(leaderOf(3), lost).state;
+    expect(types(step(next, { type: 'update', count: 1 }).effects)).toEqual(['accept']);
+  });
+
+  it('only a leader that is ready and active hands over', () => {
+    expect(step(INITIAL, { type: 'handOver' }).state.handingOver).toBe(false);
+    expect(run([{ type: 'elected', epoch: 1 }, { type: 'handOver' }]).state.handingOver).toBe(false);
+  });
+});
+
 // ---- properties over a whole shard ------------------------------------------------------------
 
 type Action =

@@ -13,7 +13,9 @@
 //   counter, so a newer leadership's writes order above every older one whatever the clocks say;
 // - health: active, recovering, or dirty (it applied a write whose fate it could not settle: as a
 //   deposed leader, or when it could not mark missed replicas down). A dirty replica answers that
-//   write with an indeterminate error and recovers from the new leader before it serves or leads.
+//   write with an indeterminate error and recovers from the new leader before it serves or leads;
+// - handingOver: a leader that gives its leadership to a fitter replica (leader balance) refuses
+//   new writes definitely while those it accepted finish, then leaves its election.
 
 /** Versions are epoch x 2^33 + counter: 2^20 epochs and 2^33 versions per leadership stay below 2^53. */
 export const EPOCH_UNIT = 2 ** 33;
@@ -37,6 +39,8 @@ export interface ShardState {
   readonly fence: number;
   readonly clock: number;
   readonly health: Health;
+  /** A leader that is handing its leadership over: it accepts no new writes. */
+  readonly handingOver: boolean;
 }
 
 export type RefusalCode = 'SHX_NOT_LEADER' | 'SHX_STALE_EPOCH' | 'SHX_INDETERMINATE' | 'SHX_UNAVAILABLE';
@@ -61,7 +65,11 @@ export type ShardEvent =
   /** Missed replicas were marked down (terms raised), or that could not be recorded. */
   | { readonly type: 'markedDown'; readonly ok: boolean; readonly acked: number }
   | { readonly type: 'recoveryStarted' }
-  | { readonly type: 'recoveryFinished' };
+  | { readonly type: 'recoveryFinished' }
+  /** Leader balance: stop accepting writes, to hand leadership over once those accepted have finished. */
+  | { readonly type: 'handOver' }
+  /** The handover did not happen (the other replica was not fit after all): accept writes again. */
+  | { readonly type: 'handOverCancelled' };
 
 export type ShardEffect =
   | { readonly type: 'persistFence'; readonly epoch: number }
@@ -92,13 +100,13 @@ export interface Step {
   readonly effects: readonly ShardEffect[];
 }
 
-export const INITIAL: ShardState = { role: 'follower', epoch: 0, fence: 0, clock: 0, health: 'active' };
+export const INITIAL: ShardState = { role: 'follower', epoch: 0, fence: 0, clock: 0, health: 'active', handingOver: false };
 
 const same = (state: ShardState, ...effects: ShardEffect[]): Step => ({ state, effects });
 
 /** Where leadership ends, whatever the cause: back to follower, auto-commit stopped. */
 function stepDown(s: ShardState, health: Health = s.health): ShardState {
-  return { ...s, role: 'follower', epoch: 0, health };
+  return { ...s, role: 'follower', epoch: 0, health, handingOver: false };
 }
 
 export function step(s: ShardState, e: ShardEvent): Step {
@@ -113,7 +121,7 @@ export function step(s: ShardState, e: ShardEvent): Step {
         return same(s, { type: 'resign', why: `elected with epoch ${e.epoch}, older than the fence ${s.fence}` });
       }
       if (e.epoch > MAX_EPOCH) return same(s, { type: 'resign', why: `epoch ${e.epoch} exceeds ${MAX_EPOCH}` });
-      const next: ShardState = { ...s, role: 'candidate', epoch: e.epoch, fence: e.epoch };
+      const next: ShardState = { ...s, role: 'candidate', epoch: e.epoch, fence: e.epoch, handingOver: false };
       const effects: ShardEffect[] = [];
       if (e.epoch > s.fence) effects.push({ type: 'persistFence', epoch: e.epoch });
       effects.push({ type: 'announce', epoch: e.epoch }, { type: 'syncFromPeers', epoch: e.epoch });
@@ -133,6 +141,8 @@ export function step(s: ShardState, e: ShardEvent): Step {
         const why = s.role === 'candidate' ? 'is taking over leadership and does not accept writes yet' : 'is not the leader';
         return same(s, { type: 'refuse', code: 'SHX_NOT_LEADER', why });
       }
+      // Refused before a version is given: nothing is applied anywhere, so the refusal is definite.
+      if (s.handingOver) return same(s, { type: 'refuse', code: 'SHX_NOT_LEADER', why: 'is handing its leadership over and accepts no new writes' });
       const base = epochBase(s.epoch);
       const first = Math.max(s.clock + 1, base + 1);
       const last = first + e.count - 1;
@@ -202,6 +212,12 @@ export function step(s: ShardState, e: ShardEvent): Step {
 
     case 'recoveryFinished':
       return same(s.role === 'follower' ? { ...s, health: 'active' } : s);
+
+    case 'handOver':
+      return same(s.role === 'leader' && s.health === 'active' ? { ...s, handingOver: true } : s);
+
+    case 'handOverCancelled':
+      return same(s.handingOver ? { ...s, handingOver: false } : s);
   }
 }
 

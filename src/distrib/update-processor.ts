@@ -95,9 +95,49 @@ export function groupByShard(router: ShardRouter, ops: readonly WireOp[]): Map<s
   return groups;
 }
 
+/** Writes a leader accepted (versions given) and has not answered yet, per replica; a handover waits for none to be left. */
+class AcceptedWrites {
+  private readonly counts = new Map<ShardReplica, number>();
+  private readonly waiters = new Map<ShardReplica, Array<() => void>>();
+
+  begin(r: ShardReplica): void {
+    this.counts.set(r, (this.counts.get(r) ?? 0) + 1);
+  }
+
+  end(r: ShardReplica): void {
+    const n = (this.counts.get(r) ?? 1) - 1;
+    if (n > 0) return void this.counts.set(r, n);
+    this.counts.delete(r);
+    const ws = this.waiters.get(r);
+    this.waiters.delete(r);
+    for (const w of ws ?? []) w();
+  }
+
+  /** Resolves true once `r` has no accepted write left, false after `ms`. */
+  none(r: ShardReplica, ms: number): Promise<boolean> {
+    if (!this.counts.has(r)) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      const timer = setTimeout(() => {
+        const ws = this.waiters.get(r) ?? [];
+        const i = ws.indexOf(done);
+        if (i >= 0) ws.splice(i, 1);
+        resolve(false);
+      }, ms);
+      let ws = this.waiters.get(r);
+      if (!ws) this.waiters.set(r, (ws = []));
+      ws.push(done);
+    });
+  }
+}
+
 export class UpdateProcessor {
   private readonly o: UpdateProcessorOptions;
   private readonly backoff: BackoffPolicy;
+  private readonly accepted = new AcceptedWrites();
 
   constructor(opts: UpdateProcessorOptions) {
     this.o = opts;
@@ -188,22 +228,38 @@ export class UpdateProcessor {
     return this.lead(replica, update);
   }
 
+  /**
+   * Resolves true once the writes `replica` accepted as leader have all been answered (a leader
+   * handing over refuses new ones meanwhile), false after `ms`.
+   */
+  acceptedWritesDone(replica: ShardReplica, ms: number): Promise<boolean> {
+    return this.accepted.none(replica, ms);
+  }
+
   private async lead(replica: ShardReplica, update: ShardUpdate): Promise<ShardUpdateResult> {
-    const ops = await replica.lock.run(async () => {
-      const effects = replica.step({ type: 'update', count: update.ops.length });
-      this.perform(replica, effects);
-      const refused = effects.find((e) => e.type === 'refuse');
-      if (refused) throw this.notLeader(update, refused.why);
-      const versions = effects.find((e) => e.type === 'accept')?.versions ?? [];
-      // The text is made here if the request did not bring it: the log and every replica use it.
-      const versioned: UpdateOp[] = update.ops.map((op, i) => ({ id: op.id, version: versions[i]!, doc: op.doc, text: docText(op) }));
-      await replica.apply(versioned);
-      return versioned;
-    });
-    const rf = await this.fanOut(replica, ops, update.minRf);
-    const versions: Record<string, number> = Object.create(null) as Record<string, number>;
-    for (const op of ops) versions[op.id] = op.version;
-    return { rf, versions };
+    let accepted = false;
+    try {
+      const ops = await replica.lock.run(async () => {
+        const effects = replica.step({ type: 'update', count: update.ops.length });
+        this.perform(replica, effects);
+        const refused = effects.find((e) => e.type === 'refuse');
+        if (refused) throw this.notLeader(update, refused.why);
+        // Counted in the same turn as the machine's decision: a handover that starts later waits for it.
+        accepted = true;
+        this.accepted.begin(replica);
+        const versions = effects.find((e) => e.type === 'accept')?.versions ?? [];
+        // The text is made here if the request did not bring it: the log and every replica use it.
+        const versioned: UpdateOp[] = update.ops.map((op, i) => ({ id: op.id, version: versions[i]!, doc: op.doc, text: docText(op) }));
+        await replica.apply(versioned);
+        return versioned;
+      });
+      const rf = await this.fanOut(replica, ops, update.minRf);
+      const versions: Record<string, number> = Object.create(null) as Record<string, number>;
+      for (const op of ops) versions[op.id] = op.version;
+      return { rf, versions };
+    } finally {
+      if (accepted) this.accepted.end(replica);
+    }
   }
 
   private notLeader(update: ShardUpdate, why: string): ShardexError {
