@@ -181,3 +181,16 @@ export interface RetryInfo {
   /** This failure suspended the host. */
   readonly suspended: boolean;
 }
+
+/** Where a collection's leaders are after a rebalance (POST /api/collections/:c/rebalance-leaders). */
+export interface LeaderRebalance {
+  readonly collection: string;
+  /** Every shard is led by its target (or has no fit replica to move to). */
+  readonly settled: boolean;
+  /** The most shards one node should lead: ceil(shards / nodes with a fit replica). */
+  readonly bound: number;
+  readonly leadersPerNode: Record<string, number>;
+  readonly shards: ReadonlyArray<{ readonly shard: string; readonly leader: string | null; readonly target: string | null; readonly preferredLeader: string | null }>;
+  /** Which shards have not moved yet, and why that may be. */
+  readonly message: string;
+}

@@ -17,6 +17,7 @@ import { DEV_CHROOT, openDevCoordinator } from './dev-data.js';
 import { keyDigest } from './http/auth.js';
 import { NODE_TUNABLE_KEYS, READER_TUNABLE_KEYS, checkTunables, defaultOf, nodeOptionsOf, readerOptionsOf, type NodeTunables, type ReaderTunables } from './config.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
+import { handoversOf } from './leader-balance.js';
 
 /** Where member i of a dev cluster lives: nodes from the base port (gRPC +1000), readers from base + 100; port 0: any free ports. */
 export function devMember(kind: 'node' | 'reader', i: number, o: { readonly port: number; readonly dataDir: string; readonly host?: string }) {
@@ -180,12 +181,14 @@ export class DevCluster {
     await this.waitAllActive(30_000);
   }
 
-  /** Resolves once every replica of every collection is open, recovered and active. */
+  /** Resolves once every replica of every collection is open, recovered and active, and no leader has a handover to make (leader balance). */
   async waitAllActive(ms: number): Promise<void> {
     for (const node of this.nodes) {
       if (!node) continue;
       await node.waitFor(() => {
         for (const [c, state] of node.coordinator.collections()) {
+          // Handovers after creation or a restart are over: tests start from the balanced leaders.
+          if (handoversOf(node.coordinator, state).size > 0) return false;
           for (const s of state.shards) {
             const leader = node.coordinator.leader(c, s.name);
             if (leader === undefined) return false;

@@ -23,6 +23,7 @@ export interface NodeMetrics {
   readonly markedDown: Counter<'replica'>;
   readonly elections: Counter<'replica'>;
   readonly leadershipsLost: Counter<'replica'>;
+  readonly handovers: Counter<'replica' | 'outcome'>;
   readonly recoveryDocs: Counter<'replica' | 'step'>;
   readonly commits: Counter<'replica'>;
   readonly segmentsWritten: Counter<'replica'>;
@@ -97,6 +98,12 @@ export function nodeMetrics(registry: Registry, source: NodeMetricsSource): Node
     markedDown: new Counter({ name: 'shardex_replicas_marked_down_total', help: 'Replicas this node, as leader, marked down because they missed an update', labelNames: ['replica'], registers }),
     elections: new Counter({ name: 'shardex_leader_elections_total', help: 'Times this node was elected leader of a replica', labelNames: ['replica'], registers }),
     leadershipsLost: new Counter({ name: 'shardex_leaderships_lost_total', help: 'Times this node stopped leading a replica (deposed, resigned, or its session lost)', labelNames: ['replica'], registers }),
+    handovers: new Counter({
+      name: 'shardex_leader_handovers_total',
+      help: 'Leader balance: handovers this node tried as leader, by replica and outcome (handed-over; target-unfit, writes-pending: it kept leading and tries again later; lost: its leadership ended meanwhile)',
+      labelNames: ['replica', 'outcome'],
+      registers,
+    }),
     recoveryDocs: new Counter({
       name: 'shardex_recovery_docs_total',
       help: "Documents recoveries stored on this node, by replica and step (copied: a full copy's documents; applied: log entries of a peer sync): a recovery's progress",

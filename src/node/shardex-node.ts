@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
-import type { CollectionSpec, CollectionState, Coordinator, NodeInfo } from '../coordination/index.js';
+import { leaderTargets, rebalancedPreferences, type CollectionSpec, type CollectionState, type Coordinator, type NodeInfo } from '../coordination/index.js';
 import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
@@ -32,7 +32,9 @@ import { DEFAULT_DURABILITY, ReplicaStore, type CommitPoint, type Doc, type Dura
 import { PeerClients, PeerServer, portError, type TlsMaterial } from '../transport/index.js';
 import { buildHttp, type HttpOptions } from './http/app.js';
 import { readAccessOf } from './http/auth.js';
+import type { LeaderRebalance } from '../client/types.js';
 import { nodeMetrics, type NodeMetrics } from './metrics.js';
+import { LeaderBalance, fitInState, handoversOf, type LeadCheck } from './leader-balance.js';
 
 export interface ShardexNodeOptions {
   readonly name: string;
@@ -219,6 +221,9 @@ export class ShardexNode {
   private checkpointing = false;
   /** Each shard's term statistics by query, as this node last saw them coordinating a search. */
   private readonly shardStats = new ShardStatsCache();
+  /** Hands this node's leaderships over to the replicas that should lead (leader balance). */
+  private readonly leaderBalance: LeaderBalance;
+  private unwatchLeaderBalance: (() => void) | undefined;
   httpUrl = '';
   grpcAddress = '';
 
@@ -282,6 +287,18 @@ export class ShardexNode {
       this.balancedPriorities = new Set(settings.map((s) => s.priority));
       this.markReadTargets(settings);
     });
+    this.leaderBalance = new LeaderBalance({
+      name: this.name,
+      coordinator: this.coordinator,
+      log: this.log,
+      replicas: () => this.replicas.values(),
+      leadCheck: (node, collection, shard) => this.peers.call<LeadCheck>(node, 'versions', { collection, shard, replica: this.name, leadCheck: true }),
+      acceptedWritesDone: (replica, ms) => this.processor.acceptedWritesDone(replica, ms),
+      perform: (replica, effects) => this.perform(replica, effects),
+      resign: (replica) => this.resign(replica),
+      counted: (outcome, replica) => this.m.handovers.inc({ replica: replica.key, outcome }),
+      isStopping: () => this.stopped,
+    });
     this.grpcServer = new PeerServer(
       {
         update: (u) => this.onPeerUpdate(u),
@@ -289,7 +306,7 @@ export class ShardexNode {
         // The schema checked the shape; term statistics are the index's to read.
         search: (req) => this.onPeerSearch(req as PeerSearchRequest),
         commit: (req) => this.commitLocal(req.collection, req.shard),
-        versions: async (req) => this.onPeerVersions(req),
+        versions: async (req) => (req.leadCheck ? this.onLeadCheck(req) : this.onPeerVersions(req)),
         updatesAfter: async (r) => {
           const replica = this.localReplica(r.collection, r.shard);
           // A dirty replica holds writes nobody acknowledged: no new leader may take them from it.
@@ -330,6 +347,7 @@ export class ShardexNode {
     this.scheduleSync();
     await this.syncing;
     this.unwatchReaders = this.coordinator.onChange(() => this.markReadTargets(this.readBalance.settings()));
+    this.unwatchLeaderBalance = this.coordinator.onChange(() => this.leaderBalance.check());
     await this.readBalance.start().catch(() => this.retryReadBalanceLoad());
     this.checkpointTimer = setInterval(() => void this.checkpointReplicas(), CHECKPOINT_CHECK_MS);
     this.checkpointTimer.unref();
@@ -536,6 +554,30 @@ export class ShardexNode {
     return this.coordinator.collection(collection)?.shards.find((s) => s.name === shard)?.replicas.find((r) => r.node === node)?.state;
   }
 
+  /**
+   * A leader asks whether this replica may take its leadership over (leader balance): it must be a
+   * follower of that leadership, active in the cluster state and here, not recovering nor catching
+   * up, complete, in the election, and with its term at the shard's top (mayLead).
+   */
+  private async onLeadCheck(req: ShardRef & { replica?: string }): Promise<LeadCheck> {
+    const replica = this.localReplica(req.collection, req.shard);
+    const unfit = await this.leadUnfitness(replica, req.replica);
+    return { maxVersion: replica.store.maxVersion, ...(unfit !== undefined && { unfit }) };
+  }
+
+  /** Why `replica` may not take over `from`'s leadership now; undefined when it may. */
+  private async leadUnfitness(replica: ShardReplica, from: string | undefined): Promise<string | undefined> {
+    const { collection, shard } = replica;
+    const leader = this.coordinator.leader(collection, shard);
+    if (replica.role !== 'follower') return `${this.name}'s replica is ${replica.role}, not a follower`;
+    if (leader === undefined || leader.node !== from || replica.fence !== leader.epoch) return `${this.name} does not follow ${from}'s leadership yet`;
+    if (replica.recovering || replica.catchingUp || replica.health !== 'active') return `${this.name}'s replica is recovering`;
+    if (this.replicaState(collection, shard, this.name) !== 'active') return `${this.name}'s replica is not active in the cluster state`;
+    if (!this.coordinator.inElection(collection, shard)) return `${this.name}'s replica is not in the election`;
+    if (!(await this.mayLead(replica))) return `${this.name}'s replica may not lead (incomplete, or its term is behind)`;
+    return undefined;
+  }
+
   private onPeerVersions(req: ShardRef & { replica?: string }): PeerLogInfo {
     const replica = this.localReplica(req.collection, req.shard);
     const state = req.replica ? this.replicaState(req.collection, req.shard, req.replica) : undefined;
@@ -619,6 +661,8 @@ export class ShardexNode {
     );
     this.perform(replica, replica.step({ type: 'ready', epoch }));
     if (replica.role === 'leader') await this.coordinator.setReplicaState(replica.collection, replica.shard, this.name, 'active').catch(() => undefined);
+    // A replica elected while a fitter one should lead (at creation, or after failover) hands over.
+    this.leaderBalance.check();
   }
 
   /**
@@ -801,6 +845,46 @@ export class ShardexNode {
 
   async deleteCollection(name: string): Promise<void> {
     await this.coordinator.deleteCollection(name);
+  }
+
+  /**
+   * Solr's BALANCESHARDUNIQUE (preferredLeader) then REBALANCELEADERS: sets each shard's
+   * preferred leader, one per node as evenly as the replicas allow (keeping the present ones where
+   * they fit), then waits up to `waitMs` until the leaders have handed over to their targets.
+   */
+  async rebalanceLeaders(collection: string, waitMs: number): Promise<LeaderRebalance> {
+    const state = this.collectionState(collection);
+    const preferred = rebalancedPreferences(state, (shard) => this.coordinator.leader(collection, shard)?.node);
+    const written = await this.coordinator.requestLeaderRebalance(collection, preferred);
+    // Judged on the state written (this node's copy follows by a watch), not the one before it.
+    const seen = (): boolean => (this.coordinator.collection(collection)?.leaderRebalances ?? 0) >= (written.leaderRebalances ?? 0);
+    const settled = (): boolean => seen() && this.leaderPlacement(collection).settled;
+    if (waitMs > 0) await this.waitFor(settled, waitMs).catch(() => undefined);
+    const report = this.leaderPlacement(collection);
+    this.log.info({ collection, settled: report.settled, leadersPerNode: report.leadersPerNode, bound: report.bound }, 'leader rebalance');
+    return report;
+  }
+
+  /** Where a collection's leaders are and should be, as this node sees the cluster. */
+  leaderPlacement(collection: string): LeaderRebalance {
+    const state = this.knownCollection(collection);
+    const targets = leaderTargets(state, fitInState(this.coordinator, state));
+    const moves = handoversOf(this.coordinator, state);
+    const leadersPerNode: Record<string, number> = {};
+    const perTarget = new Map<string, number>();
+    const shards = state.shards.map((s) => {
+      const leader = this.coordinator.leader(collection, s.name)?.node ?? null;
+      const target = targets.get(s.name) ?? null;
+      if (leader !== null) leadersPerNode[leader] = (leadersPerNode[leader] ?? 0) + 1;
+      if (target !== null) perTarget.set(target, (perTarget.get(target) ?? 0) + 1);
+      return { shard: s.name, leader, target, preferredLeader: s.preferredLeader ?? null };
+    });
+    const pending = [...moves].map(([shard, to]) => `${shard} (led by ${this.coordinator.leader(collection, shard)?.node}, to ${to})`);
+    const message =
+      pending.length === 0
+        ? 'every shard is led by its preferred leader or within the bound'
+        : `not moved yet: ${pending.join(', ')}; a leader hands over only to a replica that is active, caught up and in the election (the leaders' logs say why not), and tries again shortly`;
+    return { collection, settled: pending.length === 0, bound: Math.max(0, ...perTarget.values()), leadersPerNode, shards, message };
   }
 
   /** Waits until `cond` holds (re-checked on every cluster change), or fails after `ms`. */
@@ -1113,6 +1197,8 @@ export class ShardexNode {
     this.lifetimeAbort.abort(new ShardexError('SHX_UNAVAILABLE', `node ${this.name} is stopping`));
     this.unsubscribe?.();
     this.unwatchReaders?.();
+    this.unwatchLeaderBalance?.();
+    this.leaderBalance.stop();
     this.readBalance.stop();
     for (const t of this.commitTimers.values()) clearInterval(t);
     this.commitTimers.clear();

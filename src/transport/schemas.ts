@@ -40,7 +40,8 @@ export const SearchRequest = z.discriminatedUnion('kind', [
 ]);
 
 export const CommitRequest = ShardRef;
-export const VersionsRequest = ShardRef.extend({ replica: name.optional() });
+/** `leadCheck`: instead, whether this replica may take over the leadership of `replica` (leader balance). */
+export const VersionsRequest = ShardRef.extend({ replica: name.optional(), leadCheck: z.boolean().optional() });
 /**
  * The update log after `after`: its entries (default), only their versions (`versionsOnly`: what
  * peer sync compares with its own log), their digest (`digest`: count and hash of the versions up
