@@ -25,6 +25,7 @@ import type {
   FetchLike,
   HostSuspendedEvent,
   HostsRestoredEvent,
+  LeaderRebalance,
   ReadOptions,
   RequestOptions,
   RetryInfo,
@@ -650,6 +651,19 @@ export class ShardexClient {
     return this.viaAnyNode<{ commit: Record<string, unknown> }>(opts, `committing ${collection}`, collection, 'POST', () => `/api/collections/${enc(collection)}/commit`).then(
       (r) => r.commit,
     );
+  }
+
+  /**
+   * Solr's REBALANCELEADERS: spreads the collection's leaders over its nodes and waits up to
+   * `waitMs` (default 30 s, bounded by the request's timeout) for the handovers; resolves with
+   * where the leaders are (`settled` false: some have not moved yet, `message` says which).
+   */
+  rebalanceLeaders(collection: string, opts: RequestOptions & { readonly waitMs?: number } = {}): Promise<LeaderRebalance> {
+    return this.viaAnyNode<LeaderRebalance>(opts, `rebalancing the leaders of ${collection}`, collection, 'POST', (attemptMs) => {
+      // Leave the answer time to arrive within the attempt.
+      const wait = Math.max(0, Math.min(opts.waitMs ?? 30_000, attemptMs - 1000));
+      return `/api/collections/${enc(collection)}/rebalance-leaders?wait=${wait}ms`;
+    });
   }
 
   /** A bulk write job (DMSDK's WriteBatcher). */

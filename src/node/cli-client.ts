@@ -1,4 +1,4 @@
-// Client subcommands of `shardex`: import, export, get, search, delete, commit, cluster,
+// Client subcommands of `shardex`: import, export, get, search, delete, commit, cluster, rebalance-leaders,
 // read-balance set|get|erase, read-slots. Each
 // talks to a running cluster through the smart client, connecting with --url (any node) or
 // --zk (ZooKeeper). Results go to stdout, progress and problems to stderr.
@@ -10,7 +10,7 @@ import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import sjson from 'secure-json-parse';
-import { ShardexClient, type ClusterSnapshot, type NodeReadSlots, type ReadOptions, type WriteBatch } from '../client/index.js';
+import { ShardexClient, type ClusterSnapshot, type LeaderRebalance, type NodeReadSlots, type ReadOptions, type WriteBatch } from '../client/index.js';
 import { isShardexError } from '../errors.js';
 import { loadClientTls } from '../transport/index.js';
 
@@ -274,6 +274,16 @@ export function clusterSummary(s: ClusterSnapshot, source: string): string[] {
   return lines;
 }
 
+/** A leader rebalance's outcome, one shard a line, then the count per node and whether it settled. */
+export function rebalanceLines(r: LeaderRebalance): string[] {
+  const sw = Math.max(5, ...r.shards.map((s) => s.shard.length));
+  const lines = r.shards.map((s) => `${s.shard.padEnd(sw)}  leader ${s.leader ?? 'NONE'}  target ${s.target ?? 'none fit'}  preferred ${s.preferredLeader ?? 'none'}`);
+  const per = Object.entries(r.leadersPerNode).map(([n, k]) => `${n} ${k}`).join(', ');
+  lines.push(`leaders per node: ${per || 'none'} (at most ${r.bound} each when balanced)`);
+  lines.push(r.settled ? `${r.collection}: balanced, ${r.message}` : `${r.collection}: not settled: ${r.message}`);
+  return lines;
+}
+
 // ---- read balancing -----------------------------------------------------------------------
 
 /** Slot counters as a person reads them: one line per node, priority and target. */
@@ -453,6 +463,20 @@ export function registerClientCommands(program: Command): void {
   ) {
     await withClient(this, o, async (client) => {
       out(JSON.stringify({ commit: await client.commit(collection) }));
+    });
+  });
+
+  connected(
+    program
+      .command('rebalance-leaders')
+      .description("spread the collection's leaders over its nodes (Solr's REBALANCELEADERS) and wait for the handovers")
+      .argument('<collection>', 'collection name')
+      .option('--wait <ms>', 'how long to wait for the handovers', intArg('--wait', 0), 30_000),
+  ).action(async function (this: Command, collection: string, o: ConnectOptions & { wait: number }) {
+    await withClient(this, o, async (client) => {
+      const r = await client.rebalanceLeaders(collection, { waitMs: o.wait, ...(o.timeout === undefined && { timeoutMs: o.wait + 10_000 }) });
+      for (const line of rebalanceLines(r)) out(line);
+      if (!r.settled) process.exitCode = 1;
     });
   });
 

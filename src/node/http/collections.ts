@@ -1,4 +1,4 @@
-// /api/collections: create and delete collections.
+// /api/collections: create and delete collections, and rebalance their leaders.
 import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import { ShardexError } from '../../errors.js';
@@ -8,6 +8,7 @@ import type { CollectionState } from '../../coordination/index.js';
 import { parseDuration } from '../../read/index.js';
 
 export const COLLECTION_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+const MAX_REBALANCE_WAIT_MS = 5 * 60_000;
 
 const CreateCollection = z
   .object({
@@ -96,6 +97,15 @@ export const collectionRoutes: FastifyPluginAsync = async (app) => {
       ...(autoCommitMs !== undefined && { autoCommitMs }),
     });
     return describeCollection(state);
+  });
+
+  // Solr's REBALANCELEADERS: `wait` (a duration, default 30s, at most 5m) is how long to wait for the handovers.
+  app.post<{ Params: { c: string }; Querystring: { wait?: string } }>('/api/collections/:c/rebalance-leaders', { config: { access: 'admin' } }, async (req) => {
+    const c = checkCollectionName(req.params.c);
+    app.shardex.collectionState(c);
+    const waitMs = parseDuration(req.query.wait ?? '30s', 'wait');
+    if (waitMs > MAX_REBALANCE_WAIT_MS) throw new ShardexError('SHX_BAD_REQUEST', `wait must be at most 5m, got ${JSON.stringify(req.query.wait)}; ask again to wait longer`);
+    return app.shardex.rebalanceLeaders(c, waitMs);
   });
 
   app.delete<{ Params: { c: string } }>('/api/collections/:c', { config: { access: 'admin' } }, async (req) => {
