@@ -156,6 +156,45 @@ describe('leader balance', () => {
     expect([...preferred.values()]).toEqual([2, 2, 2]);
   });
 
+  it('with 3 replicas a shard reaches its new preferred leader, through another replica if that is next in the queue', { timeout: 120_000 }, async () => {
+    const C3 = 'three';
+    expect((await http('POST', `${tc.cluster.urls[0]}/api/collections`, { name: C3, numShards: 3, replicationFactor: 3, autoCommit: 'off' })).status).toBe(201);
+    await tc.cluster.waitAllActive(30_000);
+    const node = tc.cluster.nodes[0]!;
+    const leaderOf = (shard: string) => node.coordinator.leader(C3, shard)?.node;
+    // Swap the leaders of shard1 and shard3.
+    const [a, c] = [leaderOf('shard1')!, leaderOf('shard3')!];
+    await node.coordinator.requestLeaderRebalance(C3, new Map([['shard1', c], ['shard3', a]]));
+    let n = 0;
+    const refused: number[] = [];
+    const writing = (async () => {
+      for (const end = Date.now() + 60_000; Date.now() < end && (leaderOf('shard1') !== c || leaderOf('shard3') !== a || n < 30); ) {
+        const res = await http('POST', `${tc.cluster.urls[n % NODES]}/api/collections/${C3}/docs`, [{ id: `t${n}` }]);
+        if (res.status !== 200) refused.push(res.status);
+        expect(res.body?.code, JSON.stringify(res.body)).not.toBe('SHX_INDETERMINATE');
+        n++;
+      }
+    })();
+    await writing;
+    expect(leaderOf('shard1')).toBe(c);
+    expect(leaderOf('shard3')).toBe(a);
+    await tc.cluster.waitAllActive(30_000);
+    // Every replica of each shard holds the same documents, and every acknowledged one.
+    for (const shard of ['shard1', 'shard2', 'shard3']) {
+      const held = await Promise.all(
+        tc.cluster.nodes.map(async (x) => {
+          const res = await http('GET', `${x.httpUrl}/api/collections/${C3}/export?shard=${shard}&distrib=false&limit=1000`);
+          expect(res.status).toBe(200);
+          return (res.body.docs as Array<{ id: string; _version_: number }>).map((d) => `${d.id}@${d._version_}`).sort();
+        }),
+      );
+      expect(held[1], shard).toEqual(held[0]);
+      expect(held[2], shard).toEqual(held[0]);
+    }
+    const total = (await http('GET', `${tc.cluster.urls[2]}/api/collections/${C3}/search?q=*&limit=0`)).body.total as number;
+    expect(total).toBe(n - refused.length);
+  });
+
   it('refuses a bad wait with what is wrong and what to do', async () => {
     const res = await http('POST', `${tc.cluster.urls[0]}/api/collections/${C}/rebalance-leaders?wait=1h`);
     expect(res.status).toBe(400);
