@@ -23,6 +23,7 @@ export {
   decodeSegment,
   encodeCommit,
   encodeSegment,
+  LAZY_SECTION_BYTES,
   loadSegment,
   readCommit,
   SEGMENT_FORMAT,

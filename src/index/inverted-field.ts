@@ -158,6 +158,12 @@ export class InvertedField implements TokenSink {
   // ---- write path ----
 
   beginDoc(): void {
+    // A restored field starts without the write path's per-term scratch (most never take a document).
+    if (this.stamp.length < this.docFreq.length) {
+      this.stamp = grow(this.stamp, this.docFreq.length);
+      this.localSlot = grow(this.localSlot, this.docFreq.length);
+      this.termPending = grow(this.termPending, this.docFreq.length);
+    }
     this.generation++;
     if (this.generation === 0x7fffffff) {
       this.stamp.fill(0);
@@ -388,6 +394,7 @@ export class InvertedField implements TokenSink {
    */
   renumber(newDoc: Int32Array, newMaxDoc: number): Int32Array {
     this.flush();
+    this.restored?.readAll();
     const count = this.termCount;
     const termMap = new Int32Array(count).fill(-1);
     let next = 0;
@@ -497,6 +504,7 @@ export class InvertedField implements TokenSink {
     const positions = new Int32Array(positionStarts[n]);
     // A term never read is decoded for the copy only, not kept: exporting a restored segment (to
     // merge it) must not pull all of it onto the heap. A term in the pools is copied from them.
+    this.restored?.readAll();
     for (let t = 0; t < n; t++) {
       if (this.postingLists.has(t)) {
         this.postingLists.copyTo(t, this.postingsLength[t], postings, postingStarts[t]);
@@ -535,9 +543,7 @@ export class InvertedField implements TokenSink {
     f.deadCount = grow(state.deadCount, cap);
     f.postingsLength = new Int32Array(cap);
     f.positionsLength = new Int32Array(cap);
-    f.stamp = new Int32Array(cap);
-    f.localSlot = new Int32Array(cap);
-    f.termPending = new Int32Array(cap);
+    f.stamp = f.localSlot = f.termPending = new Int32Array(0);
     // Views per term are made when a term is first read (most never are between two restarts).
     f.restored = 'packed' in state ? packedSource(state) : flatSource(state);
     f.postings = new Array<Int32Array | undefined>(n);
@@ -676,6 +682,8 @@ export type PackedInvertedState = Omit<InvertedState, keyof FlatPostings | 'term
 interface RestoredPostings {
   postings(t: number): Int32Array;
   positions(t: number): Int32Array;
+  /** About to read most terms (an export, a renumbering): bytes still in their file are read at once. */
+  readAll(): void;
 }
 
 /** Views of one array each (a state merged in memory): a term costs a subarray. */
@@ -683,12 +691,19 @@ function flatSource(f: FlatPostings): RestoredPostings {
   return {
     postings: (t) => f.postings.subarray(f.postingStarts[t], f.postingStarts[t + 1]),
     positions: (t) => f.positions.subarray(f.positionStarts[t], f.positionStarts[t + 1]),
+    readAll: () => undefined,
   };
 }
 
 /** Packed bytes (a segment file): a term is decoded when first read. */
 function packedSource(p: PackedPostings): RestoredPostings {
-  return { postings: (t) => unpackPostings(p, t), positions: (t) => unpackPositions(p, t) };
+  return {
+    postings: (t) => unpackPostings(p, t),
+    positions: (t) => unpackPositions(p, t),
+    readAll: () => {
+      if (!(p.packed instanceof Uint8Array)) p.packed.load();
+    },
+  };
 }
 
 /** `a` as exactly `n` entries: cut, or extended with `fill`. */

@@ -35,13 +35,28 @@ export interface FlatPostings {
   readonly positions: Int32Array<ArrayBuffer>;
 }
 
+/** Packed bytes left in their file until read (segment-file.ts): a term's run is read when the term is first decoded. */
+export interface ByteSource {
+  /** Bytes [from, to) of the run. */
+  read(from: number, to: number): Uint8Array;
+  /** Reads the whole run into memory now and serves every later read from it (before reading most terms: a merge, a compaction). */
+  load(): void;
+}
+
 /** The same postings packed (see the layout above); the starts still give each term's decoded lengths. */
 export interface PackedPostings {
   readonly postingStarts: Int32Array<ArrayBuffer>;
   readonly positionStarts: Int32Array<ArrayBuffer>;
   /** Term t's postings are packed[packedStarts[2t], packedStarts[2t + 1]), its positions up to packedStarts[2t + 2]. */
   readonly packedStarts: Int32Array<ArrayBuffer>;
-  readonly packed: Uint8Array<ArrayBuffer>;
+  readonly packed: Uint8Array<ArrayBuffer> | ByteSource;
+}
+
+/** The bytes holding term t's postings and positions, and the offset in `packed` of their first byte. */
+function termBytes(p: PackedPostings, t: number): { bytes: Uint8Array; base: number } {
+  if (p.packed instanceof Uint8Array) return { bytes: p.packed, base: 0 };
+  const base = p.packedStarts[2 * t];
+  return { bytes: p.packed.read(base, p.packedStarts[2 * t + 2]), base };
 }
 
 /** The forward index as ShardIndex exports it: document d's entries are forward[forwardStarts[d], forwardStarts[d + 1]) as [slot, count, termId x count, ...] per field. */
@@ -156,8 +171,8 @@ export function unpackForwardInto(p: PackedForward, d: number, out: Int32Array, 
 /** Term `t`'s postings ([doc, tf, ...]) decoded from `p`. */
 export function unpackPostings(p: PackedPostings, t: number): Int32Array {
   const out = new Int32Array(p.postingStarts[t + 1] - p.postingStarts[t]);
-  const bytes = p.packed;
-  let at = p.packedStarts[2 * t];
+  const { bytes, base } = termBytes(p, t);
+  let at = p.packedStarts[2 * t] - base;
   let doc = 0;
   for (let k = 0; k < out.length; k += 2) {
     const v = readVarint(bytes, at);
@@ -176,9 +191,9 @@ export function unpackPostings(p: PackedPostings, t: number): Int32Array {
 /** Term `t`'s positions decoded from `p` (each posting's tf read again from its packed postings, never from arrays a writer may have changed). */
 export function unpackPositions(p: PackedPostings, t: number): Int32Array {
   const out = new Int32Array(p.positionStarts[t + 1] - p.positionStarts[t]);
-  const bytes = p.packed;
-  let at = p.packedStarts[2 * t];
-  let pos = p.packedStarts[2 * t + 1];
+  const { bytes, base } = termBytes(p, t);
+  let at = p.packedStarts[2 * t] - base;
+  let pos = p.packedStarts[2 * t + 1] - base;
   let k = 0;
   while (k < out.length) {
     const v = readVarint(bytes, at);

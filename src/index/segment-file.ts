@@ -16,14 +16,15 @@
 // buffer as the index's arrays (no copy, outside the JS heap); a term's packed postings are
 // decoded when the term is first read, a document's forward entries each time they are read, its
 // id when it is first read (a lookup by id reads the table in place).
-import { open, readFile, rename } from 'node:fs/promises';
+import { closeSync, openSync, readSync } from 'node:fs';
+import { open, rename, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { ShardexError } from '../errors.js';
 import { IdTable, IdTableProblem } from './id-table.js';
 import type { PackedInvertedState } from './inverted-field.js';
-import { TermTable, TermTableProblem } from './term-table.js';
-import { packForward, packPostings, type PackedForward } from './postings-codec.js';
+import { TermTable, TermTableProblem, type TermTableArrays } from './term-table.js';
+import { packForward, packPostings, type ByteSource, type PackedForward } from './postings-codec.js';
 import { ShardIndex, type ShardIndexOptions, type ShardIndexState, type SlotState } from './shard-index.js';
 import type { CollectionSchema } from './schema.js';
 
@@ -132,43 +133,74 @@ export function encodeSegment(state: ShardIndexState, info: SegmentInfo): Buffer
 /** Why a segment file cannot be used (it is then rebuilt from the documents). */
 export class SegmentProblem extends Error {}
 
-/** The state and info of a segment file's bytes; throws SegmentProblem when anything does not check. */
-export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInvertedState, PackedForward, IdTable>; info: SegmentInfo } {
-  if (file.length < PREFIX || !file.subarray(0, MAGIC.length).equals(MAGIC)) throw new SegmentProblem('not a Shardex segment file (bad magic)');
-  const headerLength = file.readUInt32LE(MAGIC.length);
-  if (PREFIX + headerLength > file.length) throw new SegmentProblem(`truncated: the header needs ${headerLength} bytes, the file has ${file.length - PREFIX}`);
-  const headerBytes = file.subarray(PREFIX, PREFIX + headerLength);
-  if (crc32(headerBytes) !== file.readUInt32LE(MAGIC.length + 4)) throw new SegmentProblem('the header checksum does not match');
+/** A section as the state gets it: a typed array over bytes in memory, or packed postings left in the file. */
+type SectionView = { readonly array: ArrayBufferView } | { readonly source: ByteSource };
+
+const arrayOf = (views: readonly SectionView[], i: number): ArrayBufferView | undefined => {
+  const v = views[i];
+  return v !== undefined && 'array' in v ? v.array : undefined;
+};
+
+/** The header length the prefix `head` announces, checked against the file's length. */
+function headerLengthOf(head: Buffer, fileLength: number): number {
+  if (head.length < PREFIX || !head.subarray(0, MAGIC.length).equals(MAGIC)) throw new SegmentProblem('not a Shardex segment file (bad magic)');
+  const headerLength = head.readUInt32LE(MAGIC.length);
+  if (PREFIX + headerLength > fileLength) throw new SegmentProblem(`truncated: the header needs ${headerLength} bytes, the file has ${fileLength - PREFIX}`);
+  return headerLength;
+}
+
+function parseHeader(head: Buffer, headerBytes: Buffer): Header {
+  if (crc32(headerBytes) !== head.readUInt32LE(MAGIC.length + 4)) throw new SegmentProblem('the header checksum does not match');
   const header = JSON.parse(headerBytes.toString('utf8')) as Header;
   if (header.format !== SEGMENT_FORMAT) throw new SegmentProblem(`written in segment format ${header.format}, this version reads ${SEGMENT_FORMAT}`);
+  return header;
+}
+
+/** Section i of `header` over `raw` (its bytes, 8-byte aligned), its checksum checked. */
+function viewOf(header: Header, i: number, raw: Buffer): SectionView {
+  const s = header.sections[i]!;
+  if (crc32(raw) !== s.crc) throw new SegmentProblem(`the checksum of section ${i} does not match`);
+  const View = VIEWS[s.kind];
+  if (View === undefined) throw new SegmentProblem(`section ${i} has an unknown type ${String(s.kind)}`);
+  return { array: new View(raw.buffer as ArrayBuffer, raw.byteOffset, s.bytes / View.BYTES_PER_ELEMENT) };
+}
+
+/** The state and info of a segment file's bytes; throws SegmentProblem when anything does not check. */
+export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInvertedState, PackedForward, IdTable>; info: SegmentInfo } {
+  const headerLength = headerLengthOf(file, file.length);
+  const header = parseHeader(file, file.subarray(PREFIX, PREFIX + headerLength));
   const base = pad8(PREFIX + headerLength);
   // Typed arrays need aligned offsets: a buffer that does not start on 8 bytes is copied once.
   const bytes = file.byteOffset % 8 === 0 ? file : Buffer.from(file);
   const views = header.sections.map((s, i) => {
     const start = base + s.offset;
     if (start + s.bytes > bytes.length) throw new SegmentProblem(`truncated: section ${i} ends at byte ${start + s.bytes}, the file has ${bytes.length}`);
-    const raw = bytes.subarray(start, start + s.bytes);
-    if (crc32(raw) !== s.crc) throw new SegmentProblem(`the checksum of section ${i} does not match`);
-    const View = VIEWS[s.kind];
-    if (View === undefined) throw new SegmentProblem(`section ${i} has an unknown type ${String(s.kind)}`);
-    return { raw, array: new View(bytes.buffer as ArrayBuffer, bytes.byteOffset + start, s.bytes / View.BYTES_PER_ELEMENT) };
+    return viewOf(header, i, bytes.subarray(start, start + s.bytes));
   });
+  return stateOf(header, views);
+}
+
+/** The state `header` describes over its sections' `views`. */
+function stateOf(header: Header, views: readonly SectionView[]): { state: ShardIndexState<PackedInvertedState, PackedForward, IdTable>; info: SegmentInfo } {
   const unpack = (v: unknown): unknown => {
     if (Array.isArray(v)) return v.map(unpack);
     if (v !== null && typeof v === 'object') {
-      if ('$a' in v) return views[(v as { $a: number }).$a]!.array;
+      if ('$a' in v) {
+        const view = views[(v as { $a: number }).$a]!;
+        return 'source' in view ? view.source : view.array;
+      }
       if ('$d' in v) {
-        const [slots, chars, starts, keys] = (v as { $d: [number, number, number, number] }).$d.map((i) => views[i]?.array);
+        const [slots, chars, starts, keys] = (v as { $d: [number, number, number, number] }).$d.map((i) => arrayOf(views, i));
         if (!(slots instanceof Int32Array) || !(chars instanceof Uint16Array) || !(starts instanceof Int32Array) || !(keys instanceof Float64Array)) throw new SegmentProblem('a term dictionary does not have the sections it needs');
         try {
-          return TermTable.fromArrays({ slots, chars, starts, keys });
+          return TermTable.fromArrays({ slots, chars, starts, keys } as TermTableArrays);
         } catch (err) {
           if (err instanceof TermTableProblem) throw new SegmentProblem(err.message);
           throw err;
         }
       }
       if ('$t' in v) {
-        const [chars, starts, slots] = (v as { $t: [number, number, number] }).$t.map((i) => views[i]?.array);
+        const [chars, starts, slots] = (v as { $t: [number, number, number] }).$t.map((i) => arrayOf(views, i));
         if (!(chars instanceof Uint16Array) || !(starts instanceof Int32Array) || !(slots instanceof Int32Array)) throw new SegmentProblem('its id table does not have the sections it needs');
         try {
           return new IdTable({ chars, starts, slots });
@@ -179,8 +211,10 @@ export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInve
       }
       if ('$s' in v) {
         const [charsAt, startsAt] = (v as { $s: [number, number] }).$s;
-        const text = views[charsAt]!.raw.toString('utf16le');
-        const starts = views[startsAt]!.array as Int32Array;
+        const chars = arrayOf(views, charsAt);
+        const starts = arrayOf(views, startsAt);
+        if (!(chars instanceof Uint8Array) || !(starts instanceof Int32Array)) throw new SegmentProblem('a string list does not have the sections it needs');
+        const text = Buffer.from(chars.buffer, chars.byteOffset, chars.byteLength).toString('utf16le');
         const out = new Array<string>(starts.length - 1);
         for (let i = 0; i < out.length; i++) out[i] = text.slice(starts[i], starts[i + 1]);
         return out;
@@ -268,35 +302,150 @@ export interface FileProblem {
   readonly problem: string;
 }
 
-/** Reads the file `path` and decodes it with `decode`, whose SegmentProblem or ShardexError says what is wrong with it. */
-async function readDecoded<T>(path: string, what: string, decode: (file: Buffer) => T): Promise<{ readonly ok: true; readonly value: T; readonly bytes: number } | FileProblem> {
-  let file: Buffer;
+/**
+ * Opens the file `path` and decodes it with `decode` (given the open file and its size), whose
+ * SegmentProblem or ShardexError says what is wrong with it; the file is closed after.
+ */
+async function readDecoded<T>(path: string, what: string, decode: (file: FileHandle, size: number) => Promise<T>): Promise<{ readonly ok: true; readonly value: T; readonly bytes: number } | FileProblem> {
+  let file: FileHandle;
   try {
-    file = await readFile(path);
+    file = await open(path, 'r');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { ok: false, missing: true, problem: `no ${what} file` };
     return { ok: false, missing: false, problem: `cannot read ${path}: ${(err as Error).message}` };
   }
   try {
-    return { ok: true, value: decode(file), bytes: file.length };
+    const { size } = await file.stat();
+    return { ok: true, value: await decode(file, size), bytes: size };
   } catch (err) {
-    return { ok: false, missing: false, problem: err instanceof SegmentProblem || err instanceof ShardexError ? err.message : `the ${what} file does not decode (${(err as Error).message})` };
+    if (err instanceof SegmentProblem || err instanceof ShardexError) return { ok: false, missing: false, problem: err.message };
+    return { ok: false, missing: false, problem: (err as NodeJS.ErrnoException).code !== undefined ? `cannot read ${path}: ${(err as Error).message}` : `the ${what} file does not decode (${(err as Error).message})` };
+  } finally {
+    await file.close().catch(() => undefined);
   }
+}
+
+/** Fills `out` with the file's bytes from `position` (SegmentProblem when the file ends first). */
+async function readInto<T extends Uint8Array>(file: FileHandle, out: T, position: number): Promise<T> {
+  for (let at = 0; at < out.length; ) {
+    const { bytesRead } = await file.read(out, at, out.length - at, position + at);
+    if (bytesRead === 0) throw new SegmentProblem(`truncated: the file ends at byte ${position + at}, ${out.length - at} bytes short`);
+    at += bytesRead;
+  }
+  return out;
 }
 
 export type CommitRead = { readonly ok: true; readonly info: CommitInfo } | FileProblem;
 
 export async function readCommit(path: string): Promise<CommitRead> {
-  const read = await readDecoded(path, 'commit', decodeCommit);
+  const read = await readDecoded(path, 'commit', async (file, size) => decodeCommit(await readInto(file, Buffer.allocUnsafe(size), 0)));
   return read.ok ? { ok: true, info: read.value } : read;
 }
 
 export type SegmentLoad = { readonly ok: true; readonly index: ShardIndex; readonly seq: number; readonly bytes: number } | FileProblem;
 
+/** Packed postings sections at least this large stay in their file: a term's bytes are read when the term is first decoded. */
+export const LAZY_SECTION_BYTES = 64 * 1024;
+
+/** Bytes of a segment file left on disk (read with open, pread, close: no descriptor is held). */
+class FileSection implements ByteSource {
+  private bytes: Uint8Array | null = null;
+
+  constructor(
+    private readonly path: string,
+    private readonly offset: number,
+    private readonly length: number,
+  ) {}
+
+  read(from: number, to: number): Uint8Array {
+    if (this.bytes !== null) return this.bytes.subarray(from, to);
+    return readSyncAt(this.path, new Uint8Array(to - from), this.offset + from);
+  }
+
+  load(): void {
+    this.bytes ??= readSyncAt(this.path, new Uint8Array(this.length), this.offset);
+  }
+}
+
+function readSyncAt(path: string, out: Uint8Array, position: number): Uint8Array {
+  const fd = openSync(path, 'r');
+  try {
+    for (let at = 0; at < out.length; ) {
+      const n = readSync(fd, out, at, out.length - at, position + at);
+      if (n === 0) throw new ShardexError('SHX_INTERNAL', `the segment file ${path} ends before byte ${position + out.length}: it changed after it was loaded`);
+      at += n;
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return out;
+}
+
+/** The sections left in the file: each inverted field's packed postings, when large. */
+function lazySections(header: Header): Set<number> {
+  const lazy = new Set<number>();
+  const slots = (header.state as { slots?: unknown }).slots;
+  if (!Array.isArray(slots)) return lazy;
+  for (const slot of slots as { kind?: unknown; state?: { packed?: { $a?: unknown } } }[]) {
+    const at = slot.kind === 'inverted' ? slot.state?.packed?.$a : undefined;
+    if (typeof at !== 'number') continue;
+    const s = header.sections[at];
+    if (s !== undefined && s.kind === 'Uint8Array' && s.bytes >= LAZY_SECTION_BYTES) lazy.add(at);
+  }
+  return lazy;
+}
+
+/**
+ * Reads a segment file: every section's checksum is checked now; the sections an index uses
+ * whole are read into memory (a run of neighbouring sections at a time), each inverted field's
+ * packed postings are checked through a small buffer and left in the file (its terms are read
+ * when first decoded, and the whole run when a merge or a compaction reads most of them).
+ */
+async function readSegment(path: string, file: FileHandle, size: number): Promise<{ state: ShardIndexState<PackedInvertedState, PackedForward, IdTable>; info: SegmentInfo }> {
+  const head = await readInto(file, Buffer.alloc(Math.min(PREFIX, size)), 0);
+  const headerLength = headerLengthOf(head, size);
+  const header = parseHeader(head, await readInto(file, Buffer.allocUnsafe(headerLength), PREFIX));
+  const base = pad8(PREFIX + headerLength);
+  const sections = header.sections;
+  const end = (i: number): number => base + sections[i]!.offset + sections[i]!.bytes;
+  sections.forEach((s, i) => {
+    if (end(i) > size) throw new SegmentProblem(`truncated: section ${i} ends at byte ${end(i)}, the file has ${size}`);
+  });
+  const lazy = lazySections(header);
+  const views: SectionView[] = new Array<SectionView>(sections.length);
+  let scratch: Buffer | undefined;
+  for (let i = 0; i < sections.length; ) {
+    const start = base + sections[i]!.offset;
+    if (lazy.has(i)) {
+      const s = sections[i]!;
+      scratch ??= Buffer.allocUnsafe(1 << 20);
+      let crc = 0;
+      for (let at = 0; at < s.bytes; at += scratch.length) {
+        const part = scratch.subarray(0, Math.min(scratch.length, s.bytes - at));
+        crc = crc32(await readInto(file, part, start + at), crc);
+      }
+      if (crc !== s.crc) throw new SegmentProblem(`the checksum of section ${i} does not match`);
+      views[i] = { source: new FileSection(path, start, s.bytes) };
+      i++;
+      continue;
+    }
+    let j = i + 1;
+    while (j < sections.length && !lazy.has(j)) j++;
+    // A buffer of its own starts 8-byte aligned, and sections are 8-byte aligned from `base`.
+    const run = await readInto(file, Buffer.allocUnsafeSlow(end(j - 1) - start), start);
+    for (let k = i; k < j; k++) {
+      const from = base + sections[k]!.offset - start;
+      views[k] = viewOf(header, k, run.subarray(from, from + sections[k]!.bytes));
+    }
+    i = j;
+  }
+  return stateOf(header, views);
+}
+
 /** Loads the segment file `path` for `schema` (its fingerprint `fingerprint`); says why when it cannot. */
 export async function loadSegment(path: string, schema: CollectionSchema, fingerprint: string, options: ShardIndexOptions = {}): Promise<SegmentLoad> {
-  const read = await readDecoded(path, 'segment', (file) => {
-    const { state, info } = decodeSegment(file);
+  const read = await readDecoded(path, 'segment', async (file, size) => {
+    const { state, info } = await readSegment(path, file, size);
     if (info.fingerprint !== fingerprint) throw new SegmentProblem('it was written for another schema or analyzer');
     return { index: ShardIndex.restore(schema, state, options), seq: info.seq };
   });
