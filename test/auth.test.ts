@@ -56,6 +56,7 @@ const ENDPOINTS: Endpoint[] = [
   { method: 'POST', route: '/api/collections', url: '/api/collections', body: { name: 'other' }, access: 'admin' },
   { method: 'PATCH', route: '/api/collections/:c', url: `/api/collections/${C}`, body: {}, access: 'admin' },
   { method: 'DELETE', route: '/api/collections/:c', url: '/api/collections/nope', access: 'admin' },
+  { method: 'POST', route: '/api/collections/:c/rebalance-leaders', url: `/api/collections/${C}/rebalance-leaders?wait=2s`, access: 'admin' },
   { method: 'PUT', route: '/api/read-balance/:priority/:target', url: '/api/read-balance/bulk/primary', body: { weight: 1, slots: 4 }, access: 'admin' },
   { method: 'GET', route: '/api/read-balance', url: '/api/read-balance', access: 'admin' },
   { method: 'DELETE', route: '/api/read-balance/:priority/:target', url: '/api/read-balance/none/primary', access: 'admin' },
