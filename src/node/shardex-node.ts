@@ -704,7 +704,8 @@ export class ShardexNode {
           this.m.recoveries.inc({ method: report.method });
           replica.step({ type: 'recoveryFinished' });
           const ms = (a: number, b: number): number => Math.round(b - a);
-          this.log.info({ replica: replica.key, leader, ...report, ms: ms(t0, performance.now()), seenMs: ms(t0, t1), syncMs: ms(t1, t2) }, 'replica recovered');
+          const t3 = performance.now();
+          this.log.info({ replica: replica.key, leader, ...report, ms: ms(t0, t3), seenMs: ms(t0, t1), syncMs: ms(t1, t2), activeMs: ms(t2, t3) }, 'replica recovered');
         },
         { maxRetries: Infinity, backoff: RECOVERY_BACKOFF, retryable: current },
         { deadline: this.lifetime, onRetry: (err, attempt) => this.log.warn({ replica: replica.key, attempt, err: (err as Error).message }, 'recovery attempt failed; retrying') },
