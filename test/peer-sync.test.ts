@@ -4,7 +4,7 @@
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { syncFrom, type PeerLogInfo, type SyncSource } from '../src/distrib/recovery.js';
+import { holdsSameLog, syncFrom, type PeerLogInfo, type SyncSource } from '../src/distrib/recovery.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { epochBase } from '../src/distrib/shard-state.js';
 import { ReplicaStore, type StoredEntry, type UpdateOp } from '../src/ulog/index.js';
@@ -170,5 +170,24 @@ describe('peer sync', () => {
     const report = await syncFrom(replica, source, await source.info());
     expect(report.applied).toBe(50);
     expect(await contents(replica)).toEqual(await contents(leader));
+  });
+});
+
+describe('holdsSameLog (a leader handover\'s last check of its target)', () => {
+  it('is true only when the target holds exactly the leader\'s recent versions', async () => {
+    const leader = await replicaIn('leader');
+    const same = await replicaIn('same');
+    const stray = await replicaIn('stray');
+    const behind = await replicaIn('behind');
+    const ops = Array.from({ length: 300 }, (_, i) => op(`d${i}`, 2 * i + 1));
+    await leader.apply(ops);
+    await same.apply(ops);
+    // A deposed leader's write that no one else holds, below the newest version.
+    await stray.apply([...ops, op('stray', 300)]);
+    await behind.apply(ops.slice(0, 299));
+    const counts = (): Counts => ({ entries: 0, versions: 0 });
+    expect(await holdsSameLog(leader, sourceOf(same, counts()))).toBe(true);
+    expect(await holdsSameLog(leader, sourceOf(stray, counts()))).toBe(false);
+    expect(await holdsSameLog(leader, sourceOf(behind, counts()))).toBe(false);
   });
 });

@@ -117,6 +117,17 @@ async function agreedThrough(replica: ShardReplica, source: SyncSource, from: nu
 }
 
 /**
+ * Whether the peer's log holds exactly our versions from where a peer sync would start up to our
+ * newest (digests compared): a replica about to be handed the leadership must not hold a write
+ * this leader lacks (a deposed leader's write it has not recovered from yet) nor lack one.
+ */
+export async function holdsSameLog(replica: ShardReplica, source: SyncSource): Promise<boolean> {
+  const from = await syncStartOf(replica.store);
+  const max = replica.store.maxVersion;
+  return max <= from || (await agreedThrough(replica, source, from)) === max;
+}
+
+/**
  * Peer sync: compares the versions of the two logs after `from` (keys only) and fetches and
  * applies only the peer's entries our log lacks. A replica that restarts with what its leader
  * has transfers a list of versions, not the documents of the reorder window. First the two logs

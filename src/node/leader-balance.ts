@@ -35,6 +35,8 @@ export interface LeaderBalanceHost {
   /** Resolves true once every write the replica accepted as leader is answered, false after `ms`. */
   acceptedWritesDone(replica: ShardReplica, ms: number): Promise<boolean>;
   perform(replica: ShardReplica, effects: readonly ShardEffect[]): void;
+  /** Whether `node`'s replica holds exactly the versions `replica` holds over the recent log (holdsSameLog). */
+  sameLog(replica: ShardReplica, node: string): Promise<boolean>;
   /** Leaves the shard's election and joins it again at the back. */
   resign(replica: ShardReplica): Promise<void>;
   /** Counts a handover's outcome (metrics). */
@@ -152,6 +154,8 @@ export class LeaderBalance {
       else if (again.unfit !== undefined) why = again.unfit;
       else if ((terms[target] ?? 0) < top) why = `${target}'s term ${terms[target] ?? 0} is behind ${top}`;
       else if (again.maxVersion < r.store.maxVersion) why = `${target} holds versions up to ${again.maxVersion}, behind this leader's ${r.store.maxVersion}`;
+      else if (again.maxVersion > r.store.maxVersion) why = `${target} holds versions up to ${again.maxVersion}, past this leader's ${r.store.maxVersion}: it must recover first`;
+      else if (!(await this.h.sameLog(r, target))) why = `${target}'s recent log differs from this leader's (a write it kept that no one acknowledged?): it must recover first`;
       if (why !== '') {
         outcome = 'target-unfit';
         return;

@@ -14,7 +14,7 @@ import { PersistedIndex, type CheckpointPolicy } from '../distrib/index-persiste
 import { ShardStatsCache } from '../distrib/shard-stats-cache.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
-import { canPeerSync, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type RecoveryProgress, type SyncSource } from '../distrib/recovery.js';
+import { canPeerSync, holdsSameLog, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type RecoveryProgress, type SyncSource } from '../distrib/recovery.js';
 import { mayStand, type ShardEffect } from '../distrib/shard-state.js';
 import { Deadline, nodeRetryBackoff, retry, type BackoffPolicy } from '../distrib/retry.js';
 import { MAX_REQUEST_TIMEOUT_MS, sleep } from '../distrib/deadline.js';
@@ -293,6 +293,7 @@ export class ShardexNode {
       log: this.log,
       replicas: () => this.replicas.values(),
       leadCheck: (node, collection, shard) => this.peers.call<LeadCheck>(node, 'versions', { collection, shard, replica: this.name, leadCheck: true }),
+      sameLog: (replica, node) => holdsSameLog(replica, this.syncSource(node, replica.collection, replica.shard)),
       acceptedWritesDone: (replica, ms) => this.processor.acceptedWritesDone(replica, ms),
       perform: (replica, effects) => this.perform(replica, effects),
       resign: (replica) => this.resign(replica),
