@@ -5,7 +5,7 @@
 import { readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { COMMIT_FILE, isIndexFile, isSegmentFile, PersistedIndex } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { decodeSegment, encodeSegment, parseSchema, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
@@ -276,6 +276,27 @@ describe('a replica index on disk', () => {
     ({ index, report } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store: again, log, policy }));
     replica.index = index;
     expect(report).toMatchObject({ method: 'loaded', segments: 2, replayed: 0 });
+    expect(results(index.index)).toEqual(before);
+  });
+
+  it('puts a merge off while the node says so, and starts it at the first check that allows it, with nothing new to write', async () => {
+    const store = await ReplicaStore.open(tmp.dir);
+    stores.push(store);
+    const replica = new ShardReplica('c', 'shard1', store, log);
+    const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 1, segmentsPerTier: 4 } });
+    replica.index = index;
+    for (let b = 0; b < 5; b++) {
+      await replica.apply(Array.from({ length: 30 }, (_, i) => put(b * 20 + i, b)));
+      expect(await index.maybeCheckpoint(Date.now(), { merge: false })).toBe(true);
+    }
+    // Nothing to write, merges still held: five segments stay.
+    expect(await index.maybeCheckpoint(Date.now(), { merge: false })).toBe(false);
+    await Promise.resolve();
+    expect(index.index.segments).toHaveLength(5);
+    const before = results(index.index);
+    // Allowed again: the held merge starts although no checkpoint was due.
+    expect(await index.maybeCheckpoint()).toBe(false);
+    await vi.waitFor(() => expect(index.index.segments).toHaveLength(2), { timeout: 10_000 });
     expect(results(index.index)).toEqual(before);
   });
 

@@ -104,6 +104,8 @@ export class PersistedIndex extends SearchIndexBinding {
   /** A merge swapped segments since the last commit. */
   private dirty = false;
   private merging: Promise<boolean> | undefined;
+  /** A merge check was put off (maybeCheckpoint without `merge`). */
+  private mergeDeferred = false;
   /** Segment files a merge is writing (not in any commit yet, and not to be removed as such). */
   private readonly inProgress = new Set<string>();
   /** Closed: nothing is written any more. */
@@ -166,16 +168,24 @@ export class PersistedIndex extends SearchIndexBinding {
   /**
    * Writes a checkpoint when the policy says so, then starts a merge if one is due; returns
    * whether it wrote. Without `byAge` (a replica still recovering, whose CPU goes to catching
-   * up) only the count of changes makes one due, not their age.
+   * up) only the count of changes makes one due, not their age. Without `merge` (the node's
+   * CPU is needed elsewhere: replicas opening or recovering) the merge check waits for a later
+   * call that allows it.
    */
-  async maybeCheckpoint(now = Date.now(), { byAge = true }: { byAge?: boolean } = {}): Promise<boolean> {
-    if (!this.hasWork()) return false;
-    const old = byAge && now - this.lastCheckpointAt >= this.policy.maxAgeMs;
-    const due = this.index.unsealedChanges >= this.policy.maxChanges || old || this.dirty || this.hasUnwritten();
-    if (!due) return false;
-    await this.checkpoint();
-    void this.merge();
-    return true;
+  async maybeCheckpoint(now = Date.now(), { byAge = true, merge = true }: { byAge?: boolean; merge?: boolean } = {}): Promise<boolean> {
+    let wrote = false;
+    if (this.hasWork()) {
+      const old = byAge && now - this.lastCheckpointAt >= this.policy.maxAgeMs;
+      if (this.index.unsealedChanges >= this.policy.maxChanges || old || this.dirty || this.hasUnwritten()) {
+        await this.checkpoint();
+        wrote = true;
+      }
+    }
+    if (wrote || this.mergeDeferred) {
+      this.mergeDeferred = !merge;
+      if (merge) void this.merge();
+    }
+    return wrote;
   }
 
   /**

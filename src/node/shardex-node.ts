@@ -34,6 +34,7 @@ import { buildHttp, type HttpOptions } from './http/app.js';
 import { readAccessOf } from './http/auth.js';
 import type { LeaderRebalance } from '../client/types.js';
 import { nodeMetrics, type NodeMetrics } from './metrics.js';
+import { MergeGate, mergeHold } from './merge-gate.js';
 import { LeaderBalance, fitInState, handoversOf, type LeadCheck } from './leader-balance.js';
 
 export interface ShardexNodeOptions {
@@ -88,6 +89,8 @@ export interface ReadBalanceOptions {
 
 /** How often replicas' index checkpoint policies are checked. */
 const CHECKPOINT_CHECK_MS = 250;
+/** The longest merges wait in a row for replicas coming up (merge-gate.ts). */
+const MERGE_HOLD_MAX_MS = 60_000;
 
 /** What a replica's persisted index depends on besides its documents: the declared fields (and the default analyzer). */
 export function schemaFingerprint(state: CollectionState): string {
@@ -218,7 +221,9 @@ export class ShardexNode {
   private unwatchReaders: (() => void) | undefined;
   private readonly commitTimers = new Map<string, NodeJS.Timeout>();
   private checkpointTimer: NodeJS.Timeout | undefined;
-  private checkpointing = false;
+  private readonly mergeGate = new MergeGate(MERGE_HOLD_MAX_MS);
+  /** Replicas whose checkpoint check is running. */
+  private readonly checkpointing = new Set<ShardReplica>();
   /** Each shard's term statistics by query, as this node last saw them coordinating a search. */
   private readonly shardStats = new ShardStatsCache();
   /** Hands this node's leaderships over to the replicas that should lead (leader balance). */
@@ -350,28 +355,41 @@ export class ShardexNode {
     this.unwatchReaders = this.coordinator.onChange(() => this.markReadTargets(this.readBalance.settings()));
     this.unwatchLeaderBalance = this.coordinator.onChange(() => this.leaderBalance.check());
     await this.readBalance.start().catch(() => this.retryReadBalanceLoad());
-    this.checkpointTimer = setInterval(() => void this.checkpointReplicas(), CHECKPOINT_CHECK_MS);
+    this.checkpointTimer = setInterval(() => this.checkpointReplicas(), CHECKPOINT_CHECK_MS);
     this.checkpointTimer.unref();
     this.started = true;
     this.log.info({ http: this.httpUrl, grpc: this.grpcAddress }, 'node started');
   }
 
-  /** Writes the index segment of each replica whose policy says so, one replica at a time. */
   /** Replicas leaving and rejoining their election (resign). */
   private readonly resigning = new Set<ShardReplica>();
 
-  private async checkpointReplicas(): Promise<void> {
-    if (this.checkpointing || this.stopped) return;
-    this.checkpointing = true;
-    try {
-      for (const r of this.replicas.values()) {
-        if (this.stopped) return;
-        if (!(r.index instanceof PersistedIndex)) continue;
-        await r.index.maybeCheckpoint(Date.now(), { byAge: !r.recovering }).catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment; the next check tries again'));
-      }
-    } finally {
-      this.checkpointing = false;
+  /**
+   * Writes the index checkpoint of each replica whose policy says so. Replicas checkpoint side by
+   * side (a checkpoint mostly waits for fsync), each at most once at a time: one replica's slow
+   * checkpoint does not delay another's, whose journal to replay after a crash would grow.
+   */
+  private checkpointReplicas(): void {
+    for (const r of this.replicas.values()) {
+      if (this.stopped) return;
+      if (!(r.index instanceof PersistedIndex) || this.checkpointing.has(r)) continue;
+      this.checkpointing.add(r);
+      void r.index
+        .maybeCheckpoint(Date.now(), { byAge: !r.recovering, merge: this.mayMerge() })
+        .catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment; the next check tries again'))
+        .finally(() => this.checkpointing.delete(r));
     }
+  }
+
+  /** Whether a merge may start now (see merge-gate.ts: replicas coming up hold merges back). */
+  private mayMerge(now = Date.now()): boolean {
+    const held = mergeHold({
+      opening: this.opening.size,
+      replicas: this.replicas.values(),
+      shardReplicas: (c, s) => this.coordinator.collection(c)?.shards.find((x) => x.name === s)?.replicas,
+      isLive: (node) => this.coordinator.isLive(node),
+    });
+    return this.mergeGate.allows(held !== undefined, now);
   }
 
   /** False until the node has read the cluster state (requests that need it get SHX_STARTING). */
