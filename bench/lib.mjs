@@ -273,6 +273,7 @@ export async function startZkCluster({ nodes = 2, zkTimeoutMs = 15_000, progress
   const readers = [];
   const cluster = {
     connect,
+    dataDir,
     nodes: dataNodes,
     readers,
     get urls() {
@@ -280,6 +281,8 @@ export async function startZkCluster({ nodes = 2, zkTimeoutMs = 15_000, progress
     },
     async startNode(name) {
       const p = await startProcess(['node', '--zk', connect, '--port', '0', '--grpc-port', '0', '--name', name, '--data', join(dataDir, name), '--zk-timeout', String(zkTimeoutMs)]);
+      // Nodes started side by side are pushed in the order they came up: each carries its name.
+      p.name = name;
       dataNodes.push(p);
       progress(`  node ${name} up: ${p.http} (pid ${p.pid})`);
       return p;
@@ -299,7 +302,9 @@ export async function startZkCluster({ nodes = 2, zkTimeoutMs = 15_000, progress
       readers.length = 0;
       dataNodes.length = 0;
       await zk.stop().catch((err) => progress(`  stopping ZooKeeper failed: ${err.message}`));
-      await rm(dataDir, { recursive: true, force: true });
+      // BENCH_KEEP_DATA=1 keeps the nodes' data dirs, to open or profile a replica afterwards.
+      if (process.env.BENCH_KEEP_DATA === '1') progress(`  data kept in ${dataDir} (BENCH_KEEP_DATA=1)`);
+      else await rm(dataDir, { recursive: true, force: true });
     },
   };
   try {

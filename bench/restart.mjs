@@ -3,8 +3,9 @@
 // data dir. Printed: the time until every replica is active and a search finds every document,
 // beside the same for an empty collection (the baseline, measured in the same run), and how
 // restart time grows with the document count (largest / smallest).
-import { fmt, log, parseFlags, postJson, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
+import { fmt, log, parseFlags, postJson, processCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
 import { generateDocs } from '../dist/corpus.js';
+import { cp } from 'node:fs/promises';
 import pLimit from 'p-limit';
 
 const C = 'restart';
@@ -60,6 +61,11 @@ async function restartAll(cluster, expected, timeline = false) {
   const killed = cluster.nodes.map((n, i) => ({ name: n.name ?? names[i], lines: n.output() }));
   for (const n of cluster.nodes) process.kill(n.pid, 'SIGKILL');
   cluster.nodes.length = 0;
+  if (process.env.BENCH_KEEP_DATA === '1') {
+    // The data dirs as the kill left them, to open a replica in a profiler afterwards.
+    await cp(cluster.dataDir, `${cluster.dataDir}-killed-${expected}`, { recursive: true });
+    log(`    data as killed copied to ${cluster.dataDir}-killed-${expected}`);
+  }
   const t0 = performance.now();
   await Promise.all(names.map((name) => cluster.startNode(name)));
   await waitSettled(cluster.urls[0], C, 30 * 60_000);
@@ -69,6 +75,9 @@ async function restartAll(cluster, expected, timeline = false) {
     return JSON.parse(res.body).total === expected ? true : undefined;
   });
   const ms = performance.now() - t0;
+  // CPU the node processes used from their start until now: on 2 cores a restart is mostly CPU.
+  const cpu = cluster.nodes.map((n) => processCpuMs(n.pid));
+  log(`    CPU used by the nodes until searchable: ${cpu.map((c, i) => `${cluster.nodes[i].name} ${fmt(c)} ms`).join(', ')}; sum ${fmt(cpu.reduce((a, b) => a + b, 0))} ms in ${fmt(ms)} ms (2 cores: ${fmt(2 * ms)} ms)`);
   // Where the time went, per replica: the open (index load or rebuild) and the recovery.
   for (const [i, n] of cluster.nodes.entries()) {
     for (const line of n.output()) {
