@@ -717,6 +717,14 @@ export class ShardexNode {
           const t1 = performance.now();
           const report = await syncFrom(replica, source, info, this.recoveryProgress(replica));
           const t2 = performance.now();
+          // A new leader announces its epoch only to the replicas it reaches then: one that was
+          // down, or not open yet, learns it here, from the leader it synced from, as the
+          // announcement would have told it. It then follows that leadership (and may be handed
+          // it by leader balance) without waiting for a write to bring the epoch.
+          if (info.leading === true && info.epoch !== undefined && info.epoch > replica.fence) {
+            this.perform(replica, replica.step({ type: 'fromLeader', epoch: info.epoch }));
+            await replica.apply([], { fence: info.epoch });
+          }
           await replica.store.markComplete();
           await this.coordinator.catchUpTerm(collection, shard, this.name);
           await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
