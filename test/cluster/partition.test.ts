@@ -12,7 +12,9 @@
 // Every request to a node comes from inside the client namespace: the test's addresses are never
 // contacted from the main namespace. Rounds are random but seeded: SHARDEX_PARTITION_SEED=<n>
 // replays a run; SHARDEX_PARTITION_KEEP=1 keeps the records, dumps, node logs and data dirs;
-// SHARDEX_PARTITION_CLI=<path to shardex.js> runs another build (e.g. of an earlier commit).
+// SHARDEX_PARTITION_CLI=<path to shardex.js> runs another build (e.g. of an earlier commit);
+// SHARDEX_PARTITION_EXTRA_ROUNDS=<n> adds n rounds of random kinds to the six (default 0: the
+// suite stays within its time, and every kind runs in every run).
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import type { ChildProcess } from 'node:child_process';
 import { tmpdir } from 'node:os';
@@ -43,6 +45,8 @@ const NODES = ['n1', 'n2', 'n3'] as const;
 const C = 'partition';
 const SHARDS = 2;
 const SEED = Number(process.env.SHARDEX_PARTITION_SEED ?? Math.floor(Math.random() * 2 ** 31));
+const EXTRA_ROUNDS = Number(process.env.SHARDEX_PARTITION_EXTRA_ROUNDS ?? 0);
+if (!Number.isInteger(EXTRA_ROUNDS) || EXTRA_ROUNDS < 0) throw new Error(`SHARDEX_PARTITION_EXTRA_ROUNDS must be a whole number of rounds (0 or more), not '${process.env.SHARDEX_PARTITION_EXTRA_ROUNDS}'`);
 
 const progress = (m: string): void => void process.stderr.write(`[partition] ${m}\n`);
 
@@ -267,15 +271,15 @@ describe('partitions, as Jepsen runs them (3 nodes + ZooKeeper + client, each in
     else if (root) progress(`kept the client's records, dumps and data dirs in ${root} (SHARDEX_PARTITION_KEEP)`);
   });
 
-  it('keeps every acknowledged write, shows no refused one, and converges, over 8 seeded rounds of partitions', { timeout: 240_000 }, async () => {
+  it(`keeps every acknowledged write, shows no refused one, and converges, over ${6 + EXTRA_ROUNDS} seeded rounds of partitions`, { timeout: 240_000 + EXTRA_ROUNDS * 30_000 }, async () => {
     const rnd = prng(SEED);
     const stopFile = join(root, 'stop');
     const logs = [join(root, 'writes.ndjson')];
-    writers.push(cluster.writer({ nodes: cluster.urls(), out: logs[0]!, stopFile, prefix: 'w', maxMs: 220_000 }));
+    writers.push(cluster.writer({ nodes: cluster.urls(), out: logs[0]!, stopFile, prefix: 'w', maxMs: 220_000 + EXTRA_ROUNDS * 30_000 }));
 
     const kinds: Kind[] = ['leader-cut', 'minority', 'one-way-in', 'one-way-out', 'kill-cut-leader'];
-    // Each kind once, the crash of a cut-off leader twice (it is the one that finds stray writes), two more at random.
-    const plan = [...kinds, 'kill-cut-leader' as const, rnd.pick(kinds), rnd.pick(kinds)];
+    // Each kind once, the crash of a cut-off leader twice (it is the one that finds stray writes), EXTRA_ROUNDS more at random.
+    const plan = [...kinds, 'kill-cut-leader' as const, ...Array.from({ length: EXTRA_ROUNDS }, () => rnd.pick(kinds))];
     for (let i = plan.length - 1; i > 0; i--) {
       const j = rnd.int(0, i);
       [plan[i], plan[j]] = [plan[j]!, plan[i]!];
