@@ -370,12 +370,13 @@ export class ShardexNode {
    * checkpoint does not delay another's, whose journal to replay after a crash would grow.
    */
   private checkpointReplicas(): void {
+    const merge = this.mayMerge();
     for (const r of this.replicas.values()) {
       if (this.stopped) return;
       if (!(r.index instanceof PersistedIndex) || this.checkpointing.has(r)) continue;
       this.checkpointing.add(r);
       void r.index
-        .maybeCheckpoint(Date.now(), { byAge: !r.recovering, merge: this.mayMerge() })
+        .maybeCheckpoint(Date.now(), { byAge: !r.recovering, merge })
         .catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment; the next check tries again'))
         .finally(() => this.checkpointing.delete(r));
     }
