@@ -606,3 +606,19 @@ describe('replica store write buffer', () => {
     expect((await again.get('d1234'))?.doc).toEqual({ id: 'd1234', body });
   });
 });
+
+describe('replica store reads', () => {
+  it('reads back every id of a page and of a larger batch, whatever its UTF-8 length, with missing ids as undefined', async () => {
+    const store = await openStore('reads');
+    // Ids of 1 to 4 UTF-8 bytes per character, read after a short one: a page reads ids one by
+    // one on this thread, and a key must never be cut inside a character (classic-level 3's
+    // string keys were: the 512-byte emoji id came back as missing).
+    const ids = ['a', 'é'.repeat(256), '😀'.repeat(128), 'x😀', 'a'.repeat(512), '中'.repeat(170)];
+    await store.apply(ids.map((id, i) => ({ id, version: i + 1, doc: { id, n: i } })));
+    for (const id of ids) expect((await store.getMany(['a', id]))[1]?.doc, id.slice(0, 8)).toEqual({ id, n: ids.indexOf(id) });
+    const page = await store.getMany([...ids, 'missing']);
+    expect(page.map((e) => e?.version)).toEqual([1, 2, 3, 4, 5, 6, undefined]);
+    const many = Array.from({ length: 30 }, (_, i) => (i < ids.length ? ids[i]! : `none-${i}`));
+    expect((await store.getMany(many)).map((e) => e?.version)).toEqual([1, 2, 3, 4, 5, 6, ...Array(24).fill(undefined)]);
+  });
+});

@@ -421,7 +421,7 @@ describe('what is accepted at the limits', () => {
     expect(res.body.added).toBe(3);
     for (const id of ids) {
       const got = await http('GET', docUrl(id));
-      expect(got.status).toBe(200);
+      expect(got.status, JSON.stringify(got.body)).toBe(200);
       expect(got.body.id).toBe(id);
       expect(got.body._version_).toBe(res.body.versions[id]);
     }
