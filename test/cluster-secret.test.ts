@@ -6,6 +6,7 @@ import { PeerClients, PeerServer, type PeerHandlers } from '../src/transport/ind
 import { keyDigest, readAccessOf } from '../src/node/http/auth.js';
 import { silentLogger } from '../src/logger.js';
 import { recordingHandlers } from './support/peer-handlers.js';
+import { rejected as thrown } from './support/errors.js';
 import type { StoredEntry } from '../src/ulog/index.js';
 import { ShardexError } from '../src/errors.js';
 
@@ -39,15 +40,6 @@ async function collect(c: PeerClients): Promise<unknown[]> {
   return out;
 }
 
-/** The ShardexError a promise rejects with. */
-async function thrown(p: Promise<unknown>): Promise<ShardexError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ShardexError);
-  return err as ShardexError;
-}
 
 const search = { collection: 'c', shard: 'shard1', kind: 'query', params: { q: '*', limit: 10 } };
 const update = { collection: 'c', shard: 'shard1', phase: 'FROMLEADER' as const, epoch: 1, ops: [], minRf: 1, from: 'n0' };

@@ -1,5 +1,6 @@
 // gRPC between nodes: the server side of proto/shardex.proto, and `PeerClients`, the
-// client side (one channel and one long-lived update stream per destination node). Every
+// client side (one channel per destination node, with two long-lived streams on it: updates,
+// and reads (get, search), each request a frame answered by a frame with its id). Every
 // request is checked against its RPC's schema (schemas.ts) before a handler sees it.
 // ShardexError crosses the wire as a gRPC status plus the `shx-code` metadata entry, and is
 // rebuilt on the other side; a broken channel becomes a transient SHX_UNAVAILABLE. With a cluster
@@ -61,6 +62,16 @@ interface WireAck {
   id: number;
   results: WireResult[];
 }
+interface WireCall {
+  id: number;
+  method: string;
+  body: Buffer;
+  requestId: string;
+}
+interface WireCallReply {
+  id: number;
+  result: WireResult;
+}
 interface JsonMessage {
   body: Buffer;
 }
@@ -91,7 +102,9 @@ const CHANNEL_OPTIONS: grpc.ChannelOptions = {
 const SECRET_KEY = 'shx-secret';
 const AUTHORIZATION_KEY = 'authorization';
 /** The RPCs a smart client calls itself (eventual and leader reads). */
-const CLIENT_READS = new Set(['/shardex.Shardex/Get', '/shardex.Shardex/Search']);
+const CLIENT_READS = new Set(['/shardex.Shardex/Get', '/shardex.Shardex/Search', '/shardex.Shardex/Calls']);
+/** The reads the Calls stream carries: the RPCs of the same names, many on one stream. */
+const STREAMED_CALLS = new Set(['get', 'search']);
 
 /** Who may read without the cluster secret: undefined to serve a call with this `authorization`, or the refusal. */
 export type ReadAccess = (authorization: string | undefined) => ShardexError | undefined;
@@ -220,6 +233,18 @@ function asPartOf<T>(requestId: unknown, log: Logger, rpc: string, work: () => T
   });
 }
 
+/** A request's outcome as a frame carries it: its JSON answer, or its ShardexError (anything else logged, sent as SHX_INTERNAL). */
+function wireResult(work: Promise<unknown>, log: Logger, what: string): Promise<WireResult> {
+  return work.then(
+    (answer): WireResult => ({ ok: true, code: '', message: '', body: toJson(answer) }),
+    (err: unknown): WireResult => {
+      const e = err instanceof ShardexError ? err : new ShardexError('SHX_INTERNAL', (err as Error).message);
+      if (!(err instanceof ShardexError)) log.error({ err }, `${what} failed`);
+      return { ok: false, code: e.code, message: e.message, body: Buffer.alloc(0) };
+    },
+  );
+}
+
 export interface PeerServerOptions {
   /** The cluster secret every call must carry; none: calls are not checked. */
   readonly secret?: string;
@@ -243,46 +268,71 @@ export class PeerServer {
   private readonly server: grpc.Server;
   private readonly credentials: grpc.ServerCredentials;
   private port = 0;
+  /** The open update and read streams, each as the function that ends it once it owes no answer. */
+  private readonly streams = new Set<() => void>();
+  private closing = false;
 
   constructor(handlers: PeerHandlers, log: Logger, opts: PeerServerOptions = {}) {
     this.server = new grpc.Server({ ...CHANNEL_OPTIONS, ...(opts.secret !== undefined && { interceptors: [secretInterceptor(opts.secret, opts.readAccess)] }) });
     this.credentials = serverCredentials(opts.tls);
+    /** One request of an RPC: its body checked against the RPC's schema, then its handler, as part of `requestId`. */
+    const serve = async <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>, body: Buffer | undefined, requestId: unknown): Promise<unknown> => {
+      const req = checked(method, schema, body);
+      return asPartOf(requestId, log, method, () => fn(req));
+    };
     const unary =
       <S extends z.ZodType>(method: string, schema: S, fn: (req: z.infer<S>) => Promise<unknown>) =>
       (call: grpc.ServerUnaryCall<JsonMessage, JsonMessage>, cb: grpc.sendUnaryData<JsonMessage>): void => {
-        let req: z.infer<S>;
-        try {
-          req = checked(method, schema, call.request.body);
-        } catch (err) {
-          return cb(toServiceError(err));
-        }
-        asPartOf(call.metadata.get(REQUEST_ID_HEADER)[0], log, method, () => fn(req)).then(
+        serve(method, schema, fn, call.request.body, call.metadata.get(REQUEST_ID_HEADER)[0]).then(
           (res) => cb(null, { body: toJson(res) }),
           (err: unknown) => cb(toServiceError(err)),
         );
       };
-    this.server.addService(service().def, {
-      updates: (call: grpc.ServerDuplexStream<WireFrame, WireAck>) => {
-        call.on('data', (frame: WireFrame) => {
-          void Promise.all(
-            frame.updates.map(async (w): Promise<WireResult> => {
-              try {
-                const u = decodeUpdate(w);
-                const result = await asPartOf(u.requestId, log, `update ${u.phase}`, () => handlers.update(u));
-                return { ok: true, code: '', message: '', body: toJson(result) };
-              } catch (err) {
-                const e = err instanceof ShardexError ? err : new ShardexError('SHX_INTERNAL', (err as Error).message);
-                if (!(err instanceof ShardexError)) log.error({ err }, 'update failed');
-                return { ok: false, code: e.code, message: e.message, body: Buffer.alloc(0) };
-              }
-            }),
-          ).then((results) => {
-            if (!call.writableEnded && !call.destroyed) call.write({ id: frame.id, results });
+    const read = (frame: WireCall): Promise<unknown> => {
+      if (frame.method === 'get') return serve('get', GetRequest, (r) => handlers.get(r), frame.body, frame.requestId);
+      if (frame.method === 'search') return serve('search', SearchRequest, (r) => handlers.search(r), frame.body, frame.requestId);
+      return Promise.reject(new ShardexError('SHX_BAD_REQUEST', `unknown call '${frame.method}' on the Calls stream: it carries get and search`));
+    };
+    /** Answers each frame of a bidirectional stream as its work ends, unless the stream is gone. */
+    // A stream stays open as long as its peer: at close, each one is ended once it has sent the
+    // answers it owes, so that the shutdown does not wait for peers to hang up.
+    const answering =
+      <In, Out>(answer: (frame: In) => Promise<Out>) =>
+      (call: grpc.ServerDuplexStream<In, Out>): void => {
+        let owed = 0;
+        const endWhenAnswered = (): void => {
+          if (owed === 0 && !call.writableEnded && !call.destroyed) call.end();
+        };
+        this.streams.add(endWhenAnswered);
+        call.on('data', (frame: In) => {
+          owed++;
+          void answer(frame).then((reply) => {
+            owed--;
+            if (!call.writableEnded && !call.destroyed) call.write(reply);
+            if (this.closing) endWhenAnswered();
           });
         });
         call.on('end', () => call.end());
         call.on('error', () => undefined);
-      },
+        call.on('close', () => this.streams.delete(endWhenAnswered));
+        if (this.closing) endWhenAnswered();
+      };
+    this.server.addService(service().def, {
+      updates: answering((frame: WireFrame) =>
+        Promise.all(
+          frame.updates.map((w) =>
+            wireResult(
+              (async () => {
+                const u = decodeUpdate(w);
+                return asPartOf(u.requestId, log, `update ${u.phase}`, () => handlers.update(u));
+              })(),
+              log,
+              'update',
+            ),
+          ),
+        ).then((results): WireAck => ({ id: frame.id, results })),
+      ),
+      calls: answering((frame: WireCall) => wireResult(read(frame), log, frame.method).then((result): WireCallReply => ({ id: frame.id, result }))),
       get: unary('get', GetRequest, (r) => handlers.get(r)),
       search: unary('search', SearchRequest, (r) => handlers.search(r)),
       commit: unary('commit', CommitRequest, (r) => handlers.commit(r)),
@@ -314,6 +364,8 @@ export class PeerServer {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
+    for (const end of this.streams) end();
     await new Promise<void>((resolve) => {
       const t = setTimeout(() => {
         this.server.forceShutdown();
@@ -333,17 +385,71 @@ export class PeerServer {
 
 // ---- clients --------------------------------------------------------------------------
 
-interface PendingFrame {
-  resolve(results: WireResult[]): void;
-  reject(err: ShardexError): void;
-  timer: NodeJS.Timeout;
+/**
+ * One long-lived bidirectional stream to a peer carrying many requests at once: each a frame with
+ * an id, answered by a frame with the same id, in any order. It is opened at the first request and
+ * again at the first one after it broke; a break fails every request waiting on it.
+ */
+class FrameStream<Out extends { id: number }, In extends { id: number }> {
+  private stream: grpc.ClientDuplexStream<Out, In> | undefined;
+  private readonly pending = new Map<number, { resolve(answer: In): void; reject(err: ShardexError): void; timer: NodeJS.Timeout }>();
+
+  constructor(
+    private readonly open: () => grpc.ClientDuplexStream<Out, In>,
+    /** What the waiting requests fail with when the stream breaks (with the stream's status, if it sent one). */
+    private readonly brokenError: (err: grpc.ServiceError | undefined) => ShardexError,
+  ) {}
+
+  /** Sends `frame`; resolves its answer, or rejects with `timeoutError()` after `timeoutMs`. */
+  request(frame: Out, timeoutMs: number, timeoutError: () => ShardexError): Promise<In> {
+    const s = this.current();
+    return new Promise<In>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(frame.id);
+        reject(timeoutError());
+      }, timeoutMs);
+      this.pending.set(frame.id, { resolve, reject, timer });
+      s.write(frame);
+    });
+  }
+
+  /** Fails every waiting request with `err` and drops the stream (the next request opens another). */
+  fail(err: ShardexError): void {
+    const s = this.stream;
+    this.stream = undefined;
+    for (const [, f] of this.pending) {
+      clearTimeout(f.timer);
+      f.reject(err);
+    }
+    this.pending.clear();
+    s?.cancel();
+  }
+
+  private current(): grpc.ClientDuplexStream<Out, In> {
+    if (this.stream) return this.stream;
+    const s = this.open();
+    this.stream = s;
+    s.on('data', (answer: In) => {
+      const f = this.pending.get(answer.id);
+      if (!f) return;
+      this.pending.delete(answer.id);
+      clearTimeout(f.timer);
+      f.resolve(answer);
+    });
+    const broken = (err?: grpc.ServiceError): void => {
+      if (this.stream === s) this.fail(this.brokenError(err));
+    };
+    s.on('error', broken);
+    s.on('end', () => broken());
+    return s;
+  }
 }
 
 interface Peer {
   readonly address: string;
   readonly client: grpc.Client & Record<string, (...args: unknown[]) => unknown>;
-  stream?: grpc.ClientDuplexStream<WireFrame, WireAck>;
-  readonly pending: Map<number, PendingFrame>;
+  readonly updates: FrameStream<WireFrame, WireAck>;
+  readonly calls: FrameStream<WireCall, WireCallReply>;
 }
 
 export interface PeerClientsOptions {
@@ -392,48 +498,34 @@ export class PeerClients implements UpdateTransport {
     }
     if (!p) {
       const { Client } = service();
-      p = { address, client: new Client(address, this.credentials, CHANNEL_OPTIONS) as Peer['client'], pending: new Map() };
+      const client = new Client(address, this.credentials, CHANNEL_OPTIONS) as Peer['client'];
+      const open =
+        <Out, In>(rpc: 'updates' | 'calls') =>
+        (): grpc.ClientDuplexStream<Out, In> =>
+          client[rpc]!(this.metadata()) as grpc.ClientDuplexStream<Out, In>;
+      p = {
+        address,
+        client,
+        updates: new FrameStream(open<WireFrame, WireAck>('updates'), (err) => {
+          const e = err ? fromServiceError(err, dest) : new ShardexError('SHX_UNAVAILABLE', `update stream to ${dest} ended`);
+          // An update whose stream broke may or may not have been applied: always retryable.
+          return e.retryable ? e : new ShardexError('SHX_UNAVAILABLE', e.message, { cause: e });
+        }),
+        // A refusal of the stream (no secret, no read role) fails its reads with that refusal.
+        calls: new FrameStream(open<WireCall, WireCallReply>('calls'), (err) =>
+          err ? fromServiceError(err, dest) : new ShardexError('SHX_UNAVAILABLE', `read stream to ${dest} ended`),
+        ),
+      };
       this.peers.set(dest, p);
     }
     return p;
   }
 
   private drop(dest: string, p: Peer, err: ShardexError): void {
-    this.failStream(p, err);
+    p.updates.fail(err);
+    p.calls.fail(err);
     p.client.close();
     if (this.peers.get(dest) === p) this.peers.delete(dest);
-  }
-
-  private failStream(p: Peer, err: ShardexError): void {
-    const s = p.stream;
-    p.stream = undefined;
-    for (const [, f] of p.pending) {
-      clearTimeout(f.timer);
-      f.reject(err);
-    }
-    p.pending.clear();
-    s?.cancel();
-  }
-
-  private stream(dest: string, p: Peer): grpc.ClientDuplexStream<WireFrame, WireAck> {
-    if (p.stream) return p.stream;
-    const s = p.client.updates(this.metadata()) as grpc.ClientDuplexStream<WireFrame, WireAck>;
-    p.stream = s;
-    s.on('data', (ack: WireAck) => {
-      const f = p.pending.get(ack.id);
-      if (!f) return;
-      p.pending.delete(ack.id);
-      clearTimeout(f.timer);
-      f.resolve(ack.results);
-    });
-    const broken = (err?: grpc.ServiceError): void => {
-      if (p.stream !== s) return;
-      const e = err ? fromServiceError(err, dest) : new ShardexError('SHX_UNAVAILABLE', `update stream to ${dest} ended`);
-      this.failStream(p, e.retryable ? e : new ShardexError('SHX_UNAVAILABLE', e.message, { cause: e }));
-    };
-    s.on('error', broken);
-    s.on('end', () => broken());
-    return s;
   }
 
   /** UpdateTransport: one frame on the destination's stream, answered by one ack. */
@@ -444,10 +536,8 @@ export class PeerClients implements UpdateTransport {
     } catch (err) {
       return Promise.reject(err);
     }
-    const s = this.stream(dest, p);
-    const id = this.nextId++;
     const frame: WireFrame = {
-      id,
+      id: this.nextId++,
       updates: updates.map((u) => ({
         collection: u.collection,
         shard: u.shard,
@@ -459,22 +549,18 @@ export class PeerClients implements UpdateTransport {
         requestId: u.requestId ?? '',
       })),
     };
-    return new Promise<WireResult[]>((resolve, reject) => {
-      const timeout = this.o.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
-      const timer = setTimeout(() => {
-        p.pending.delete(id);
-        reject(new ShardexError('SHX_TIMEOUT', `node ${dest} did not acknowledge an update within ${timeout} ms`));
-      }, timeout);
-      p.pending.set(id, { resolve, reject, timer });
-      s.write(frame);
-    }).then((results) =>
+    const timeout = this.o.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    return p.updates.request(frame, timeout, () => new ShardexError('SHX_TIMEOUT', `node ${dest} did not acknowledge an update within ${timeout} ms`)).then(({ results }) =>
       results.map((r): UpdateOutcome =>
         r.ok ? { ok: true, result: fromJson<ShardUpdateResult>(r.body) } : { ok: false, error: errorFromWire(r.code, r.message) },
       ),
     );
   }
 
-  /** A unary JSON call (get, search, commit, versions, updatesAfter). */
+  /**
+   * A JSON call: get and search as frames on the destination's Calls stream, the others (commit,
+   * versions, updatesAfter: rare, and their answers can be large) as unary RPCs.
+   */
   call<T>(dest: string, method: 'get' | 'search' | 'commit' | 'versions' | 'updatesAfter', body: unknown, timeoutMs?: number): Promise<T> {
     let p: Peer;
     try {
@@ -482,7 +568,15 @@ export class PeerClients implements UpdateTransport {
     } catch (err) {
       return Promise.reject(err);
     }
-    const deadline = new Date(Date.now() + (timeoutMs ?? this.o.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS));
+    const timeout = timeoutMs ?? this.o.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    if (STREAMED_CALLS.has(method)) {
+      const frame: WireCall = { id: this.nextId++, method, body: toJson(body), requestId: currentRequestId() ?? '' };
+      return p.calls.request(frame, timeout, () => new ShardexError('SHX_TIMEOUT', `node ${dest} did not answer in time`)).then(({ result }) => {
+        if (!result.ok) throw errorFromWire(result.code, result.message);
+        return fromJson<T>(result.body);
+      });
+    }
+    const deadline = new Date(Date.now() + timeout);
     return new Promise<T>((resolve, reject) => {
       p.client[method]!({ body: toJson(body) }, this.metadata(currentRequestId()), { deadline }, (err: grpc.ServiceError | null, res: JsonMessage) => {
         if (err) reject(fromServiceError(err, dest));

@@ -13,3 +13,13 @@ export function thrown(fn: () => unknown): ShardexError {
   expect(err).toBeInstanceOf(ShardexError);
   return err as ShardexError;
 }
+
+/** Awaits `p`, expects it to reject with a ShardexError, and returns that error. */
+export async function rejected(p: Promise<unknown>): Promise<ShardexError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ShardexError);
+  return err as ShardexError;
+}
