@@ -148,6 +148,22 @@ export async function postJson(url, body, { timeoutMs = 120_000 } = {}) {
   }
 }
 
+/**
+ * Waits until the nodes write no index segment (checkpoints and merges) for `quietSeconds` in a
+ * row (checkpoints are checked every second), at most 5 minutes; returns the ms waited.
+ */
+export async function untilSettled(urls, quietSeconds) {
+  const t0 = performance.now();
+  let written = await metricSum(urls, 'shardex_index_segments_written_total');
+  for (let quiet = 0; quiet < quietSeconds && performance.now() - t0 < 300_000; ) {
+    await new Promise((r) => setTimeout(r, 1000));
+    const now = await metricSum(urls, 'shardex_index_segments_written_total');
+    quiet = now === written ? quiet + 1 : 0;
+    written = now;
+  }
+  return performance.now() - t0;
+}
+
 /** Sum of a Prometheus counter over the nodes' `/metrics`, over the lines that contain `labels`. */
 export async function metricSum(urls, name, labels = '') {
   let sum = 0;

@@ -22,7 +22,7 @@ import MiniSearch from 'minisearch';
 import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
 import { parseSchema, ShardIndex } from '../dist/index/index.js';
-import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, startDevCluster, vocabularyByRank } from './lib.mjs';
+import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, startDevCluster, untilSettled, vocabularyByRank } from './lib.mjs';
 import { luceneRun } from './lucene.mjs';
 
 const COLLECTION = 'bench';
@@ -378,14 +378,7 @@ async function memoryAtScale(a) {
     );
     log(`  indexed ${fmt(n)} docs in ${((performance.now() - t0) / 1000).toFixed(1)} s; waiting for checkpoints and merges to settle ...`);
     await post(`${url}/api/collections/mem/commit`, '{}');
-    // Settled: no segment written for 10 s (checkpoints are checked every second).
-    let written = await metricSum([url], 'shardex_index_segments_written_total');
-    for (let quiet = 0; quiet < 10; ) {
-      await new Promise((r) => setTimeout(r, 1000));
-      const now = await metricSum([url], 'shardex_index_segments_written_total');
-      quiet = now === written ? quiet + 1 : 0;
-      written = now;
-    }
+    await untilSettled([url], 10);
     const after = await memoryOf(cluster.pid, url);
     const total = await httpRequest(`${url}/api/collections/mem/search?q=*&limit=0`);
     log('');
@@ -440,6 +433,11 @@ export async function run(rest) {
     await post(`${cluster.urls[0]}/api/collections/${COLLECTION}/commit`, '{}');
     rssGrowth = (await rssOf(cluster.pid)) - rss0;
     diskBytes = await dirSize(cluster.dataDir, (name) => name.endsWith('.log') && name.startsWith('shardex'));
+    // Queries are timed on settled segments, as Lucene's and the in-process index's are timed
+    // on a finished index: merges left by the ingest would otherwise share the two cores.
+    log('shardex: waiting for the merges left by the ingest (until no segment is written for 5 s) ...');
+    const waited = await untilSettled(cluster.urls, 5);
+    log(`  settled after ${(waited / 1000).toFixed(1)} s`);
     http = await shardexSearch(cluster, mix, a);
   } finally {
     log(`stopping dev cluster (pid ${cluster.pid}) ...`);
