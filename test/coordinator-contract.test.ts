@@ -681,6 +681,27 @@ function contract(name: string, makeHarness: () => Harness): void {
         }
         await expectShardexError(ms[0]!.coord.setReplicaState('missing', 'shard1', 'n1', 'down'), 'SHX_COLLECTION_NOT_FOUND');
       });
+
+      it("setReplicaState with `from` changes a replica only while it is in that state (a recovery is not made active over a leader's down)", async () => {
+        const ms = [await member('n1'), await member('n2')];
+        await allSee(['n1', 'n2'], ...ms);
+        const [n1, n2] = ms.map((m) => m.coord) as [ClusterCoordinator, ClusterCoordinator];
+        await n1.createCollection(spec('c', 1, 2));
+        await n2.setReplicaState('c', 'shard1', 'n2', 'recovering');
+        await n2.setReplicaState('c', 'shard1', 'n2', 'active', { from: 'recovering' });
+        const stateOf = async (): Promise<string> => JSON.parse((await inspector.get('/collections/c/state'))!.data.toString()).shards[0].replicas.find((r: { node: string }) => r.node === 'n2').state;
+        expect(await stateOf()).toBe('active');
+
+        // Recovering again; the leader marks it down during the sync: the recovery may not end active.
+        await n2.setReplicaState('c', 'shard1', 'n2', 'recovering');
+        await n1.setReplicaState('c', 'shard1', 'n2', 'down');
+        const version = (await inspector.get('/collections/c/state'))!.version;
+        const refused = await rejection(n2.setReplicaState('c', 'shard1', 'n2', 'active', { from: 'recovering' }));
+        expect(refused).toMatchObject({ code: 'SHX_RECOVERING' });
+        expect((refused as ShardexError).message).toContain('is down, not recovering');
+        expect(await stateOf()).toBe('down');
+        expect((await inspector.get('/collections/c/state'))!.version).toBe(version);
+      });
     });
 
     describe('elections', () => {

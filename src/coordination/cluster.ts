@@ -451,7 +451,7 @@ export class ClusterCoordinator implements Coordinator {
     return next;
   }
 
-  async setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void> {
+  async setReplicaState(collection: string, shard: string, node: string, state: ReplicaState, opts: { from?: ReplicaState } = {}): Promise<void> {
     const next = await this.changeState(collection, (cur) => {
       let changed = false;
       const next: CollectionState = {
@@ -462,6 +462,9 @@ export class ClusterCoordinator implements Coordinator {
             : {
                 ...s,
                 replicas: s.replicas.map((r) => {
+                  if (r.node === node && opts.from !== undefined && r.state !== opts.from) {
+                    throw new ShardexError('SHX_RECOVERING', `${node}'s replica of ${collection}/${shard} is ${r.state}, not ${opts.from}: it was marked ${r.state} meanwhile`);
+                  }
                   if (r.node !== node || r.state === state) return r;
                   changed = true;
                   return { ...r, state };

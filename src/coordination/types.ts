@@ -94,7 +94,11 @@ export interface Coordinator {
   deleteCollection(name: string): Promise<void>;
   /** Changes a collection's settings (durability, autoCommit); every node applies them from the state. */
   updateCollection(name: string, patch: CollectionPatch): Promise<CollectionState>;
-  setReplicaState(collection: string, shard: string, node: string, state: ReplicaState): Promise<void>;
+  /**
+   * Sets a replica's state. With `from`, only while it is still in that state (a compare-and-set
+   * on the collection's state): otherwise it rejects with SHX_RECOVERING and changes nothing.
+   */
+  setReplicaState(collection: string, shard: string, node: string, state: ReplicaState, opts?: { from?: ReplicaState }): Promise<void>;
   /**
    * An operator's leader rebalance: sets shards' preferred leaders (shard name -> a node holding a
    * replica of it) and counts the request in `leaderRebalances` (leaders that wait before trying a

@@ -729,7 +729,10 @@ export class ShardexNode {
           }
           await replica.store.markComplete();
           await this.coordinator.catchUpTerm(collection, shard, this.name);
-          await this.coordinator.setReplicaState(collection, shard, this.name, 'active');
+          // Active only if still recovering: a leader that could not reach this replica during
+          // the sync marked it down and stopped sending it updates, so it may lack writes
+          // acknowledged since. It then recovers again (SHX_RECOVERING is retried).
+          await this.coordinator.setReplicaState(collection, shard, this.name, 'active', { from: 'recovering' });
           this.m.recoveries.inc({ method: report.method });
           replica.step({ type: 'recoveryFinished' });
           const ms = (a: number, b: number): number => Math.round(b - a);

@@ -82,3 +82,33 @@ describe('recovery', () => {
     expect(calls.tries()).toBe(after);
   });
 });
+
+describe('recovery and a leader that marks the replica down meanwhile', () => {
+  it('does not end active over the down mark: it recovers again and holds every write acknowledged meanwhile', async () => {
+    const { follower } = await twoNodes();
+    const leader = tc!.cluster.nodes.find((n) => n !== follower)!;
+    expect((await http('POST', `${leader.httpUrl}/api/collections/${C}/docs`, [{ id: 'before' }])).body.rf).toBe(2);
+    const replica = follower.replica(C, 'shard1')!;
+    const stateSeenBy = (node: ShardexNode): string | undefined => node.coordinator.collection(C)?.shards[0]?.replicas.find((r) => r.node === follower.name)?.state;
+    // After the sync, before the replica goes active: the leader cannot reach it (as when its
+    // gRPC port is not open yet), marks it down, and acknowledges writes without it.
+    const coordinator = follower.coordinator as unknown as { catchUpTerm: (c: string, s: string, n: string) => Promise<void> };
+    const catchUp = coordinator.catchUpTerm.bind(coordinator);
+    let hooked = false;
+    coordinator.catchUpTerm = async (c, s, n) => {
+      if (!hooked) {
+        hooked = true;
+        await leader.coordinator.setReplicaState(C, 'shard1', follower.name, 'down');
+        await pollUntil('the leader to see the follower down', () => (stateSeenBy(leader) === 'down' ? true : undefined), { ms: 10_000, everyMs: 10 });
+        const meanwhile = await http('POST', `${leader.httpUrl}/api/collections/${C}/docs`, [{ id: 'meanwhile-1' }, { id: 'meanwhile-2' }]);
+        expect(meanwhile.status, JSON.stringify(meanwhile.body)).toBe(200);
+        expect(meanwhile.body.rf).toBe(1);
+      }
+      return catchUp(c, s, n);
+    };
+    await follower.recover(replica);
+    expect(hooked).toBe(true);
+    expect(stateSeenBy(follower)).toBe('active');
+    expect((await replica.store.getMany(['before', 'meanwhile-1', 'meanwhile-2'])).map((e) => e?.doc !== null && e !== undefined)).toEqual([true, true, true]);
+  });
+});
