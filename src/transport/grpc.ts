@@ -293,9 +293,11 @@ export class PeerServer {
       if (frame.method === 'search') return serve('search', SearchRequest, (r) => handlers.search(r), frame.body, frame.requestId);
       return Promise.reject(new ShardexError('SHX_BAD_REQUEST', `unknown call '${frame.method}' on the Calls stream: it carries get and search`));
     };
-    /** Answers each frame of a bidirectional stream as its work ends, unless the stream is gone. */
-    // A stream stays open as long as its peer: at close, each one is ended once it has sent the
-    // answers it owes, so that the shutdown does not wait for peers to hang up.
+    /**
+     * Answers each frame of a bidirectional stream as its work ends, unless the stream is gone. A
+     * stream stays open as long as its peer: at close, each one is ended once it has sent the
+     * answers it owes, so that the shutdown does not wait for peers to hang up.
+     */
     const answering =
       <In, Out>(answer: (frame: In) => Promise<Out>) =>
       (call: grpc.ServerDuplexStream<In, Out>): void => {
