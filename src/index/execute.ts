@@ -29,6 +29,7 @@ import {
   type DocCursor,
 } from './cursors.js';
 import type { CachedFilter, FilterCache } from './filter-cache.js';
+import { topOfUnion, type TopUnion, type UnionTerm } from './top-union.js';
 
 /** What the executor reads of an index. */
 export interface IndexView {
@@ -97,6 +98,38 @@ export class QueryExecutor {
       parts.push(c);
     }
     return drainCursor(new ConjunctionCursor(parts, 1), this.ix.maxDoc, scoring);
+  }
+
+  /**
+   * The best `k` matches of `q` by score (ties by id) and their total, counted exactly up to
+   * `countUpTo`, when `q` is a union of terms: only what can make the page is scored
+   * (top-union.ts). Null for any other query, which matches() serves.
+   */
+  topByScore(q: Query, filters: readonly Query[], k: number, countUpTo: number, idOf: (doc: number) => string): TopUnion | null {
+    const clauses = unionOfTerms(q);
+    if (clauses === null) return null;
+    const mask = filters.length === 0 ? null : this.filterMask(filters);
+    if (filters.length > 0 && mask === null) return { total: 0, exact: true, docs: new Int32Array(0), scores: new Float64Array(0), scored: 0 };
+    const terms: UnionTerm[] = [];
+    for (const c of clauses) {
+      const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
+      for (const f of fields) {
+        if (f === undefined) continue;
+        const id = f.termId(c.term);
+        if (id < 0 || f.docFreq[id] === 0) continue;
+        const boost = c.boost * this.fieldBoost(f.key);
+        // Bounds hold for scores that grow with tf: a negative boost (never parsed) is left to matches().
+        if (!(boost >= 0)) return null;
+        const { docCount, avgdl } = this.fieldStats(f);
+        terms.push({ postings: f.postingsOf(id), length: f.postingsLength[id], bounds: f.blockBoundsOf(id), boost, idf: bm25Idf(docCount, this.docFreq(f, c.term, id)), avgdl, lengths: f.lengths });
+      }
+    }
+    const acc = this.ix.accumulators.acquire(this.ix.maxDoc);
+    try {
+      return topOfUnion(terms, this.ix.live, mask, this.ix.maxDoc, k, countUpTo, idOf, acc);
+    } finally {
+      this.ix.accumulators.release(acc);
+    }
   }
 
   /** The documents every filter matches, as one bitset (null when none does); deleted documents may be set. */

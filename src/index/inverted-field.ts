@@ -28,6 +28,7 @@ import type { TokenSink } from './analyzer.js';
 import { unpackPositions, unpackPostings, type FlatPostings, type PackedPostings } from './postings-codec.js';
 import { SlicePool } from './slice-pool.js';
 import { exactKey, hashRange, TermTable } from './term-table.js';
+import { blockBounds, type BlockBounds } from './top-union.js';
 
 /** Collects the term ids a document holds, per field, so that deleting it can undo them. */
 export interface ForwardSink {
@@ -66,6 +67,8 @@ export class InvertedField implements TokenSink {
    */
   postings: (Int32Array | undefined)[] = [];
   postingsLength = new Int32Array(16);
+  /** Term by id: the per-block bounds of its postings (blockBoundsOf()), dropped whenever they change. */
+  private bounds: (BlockBounds | undefined)[] = [];
   /** Term by id: its positions, read through positionsOf() (kept as postings are). */
   positions: (Int32Array | undefined)[] = [];
   /** A restored field's postings and positions, flat or packed, made into per-term arrays on first use (then kept in postings/positions). */
@@ -145,6 +148,11 @@ export class InvertedField implements TokenSink {
   positionsOf(t: number): Int32Array {
     if (!this.withPositions) return EMPTY;
     return (this.positions[t] ??= this.postingLists.has(t) ? this.positionLists.read(t, this.positionsLength[t]) : this.restored!.positions(t));
+  }
+
+  /** Term `t`'s postings' block bounds (top-union.ts), made on first use and kept until its postings change. */
+  blockBoundsOf(t: number): BlockBounds {
+    return (this.bounds[t] ??= blockBounds(this.postingsOf(t), this.postingsLength[t], this.lengths));
   }
 
   termId(term: string): number {
@@ -305,6 +313,7 @@ export class InvertedField implements TokenSink {
       this.postingsLength[t] += len;
       // A copy read before is stale from here on.
       this.postings[t] = undefined;
+      this.bounds[t] = undefined;
       if (this.withPositions) {
         this.positionLists.append(t, runPos, 0, plen);
         this.positionsLength[t] += plen;
@@ -378,6 +387,7 @@ export class InvertedField implements TokenSink {
       pr += tf;
     }
     this.postingsLength[id] = w;
+    this.bounds[id] = undefined;
     if (w * 4 < p.length) this.postings[id] = p.slice(0, Math.max(4, w * 2));
     if (this.withPositions) {
       this.positionsLength[id] = pw;
@@ -439,6 +449,7 @@ export class InvertedField implements TokenSink {
     this.termCount = next;
     this.postings.length = next;
     this.positions.length = next;
+    this.bounds = [];
     this.docFreq.fill(0, next);
     this.deadCount.fill(0, next);
     this.postingsLength.fill(0, next);

@@ -162,13 +162,15 @@ export class SegmentedIndex implements ReplicaSearcher {
     // As ShardIndex.search, the top offset+limit (the caller cuts the page): each part's, merged.
     const perPart: SearchRequest = { ...req, sort, offset: 0, limit: offset + limit };
     let total = 0;
+    let exact = true;
     const lists: SearchHit[][] = [];
     for (const p of parts) {
       const r = p.search(perPart, stats);
       total += r.total;
+      exact &&= r.totalRelation === undefined;
       lists.push(r.hits);
     }
-    return { total, hits: mergeHitLists(lists, sort, 0, offset + limit).hits };
+    return { total, hits: mergeHitLists(lists, sort, 0, offset + limit).hits, ...(!exact && { totalRelation: 'gte' as const }) };
   }
 
   collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {

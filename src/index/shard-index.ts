@@ -65,6 +65,12 @@ export interface SearchRequest {
   readonly defaultOperator?: 'OR' | 'AND';
   /** Stored fields wanted (`id,title`): not used by search(), which returns ids; give it to fetch(). */
   readonly fields?: string | readonly string[] | null;
+  /**
+   * How far `total` is counted exactly (Elasticsearch's track_total_hits): true (the default)
+   * always; a number n: at least up to n, past which the result may say `totalRelation: 'gte'`;
+   * false: as 0. A page sorted by score alone then skips what cannot make it.
+   */
+  readonly trackTotalHits?: boolean | number;
 }
 
 export interface SearchHit {
@@ -75,8 +81,10 @@ export interface SearchHit {
 }
 
 export interface ShardSearchResult {
-  /** Every match of q and the filters. */
+  /** Every match of q and the filters; with `totalRelation: 'gte'`, a lower bound. */
   readonly total: number;
+  /** Present when `total` is a lower bound (the count stopped at trackTotalHits). */
+  readonly totalRelation?: 'gte';
   /** The top offset + limit hits, best first (phase 1: the coordinator applies the offset). */
   readonly hits: SearchHit[];
 }
@@ -649,6 +657,14 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.checkSortFields(sort, stats);
 
     const executor = new QueryExecutor(this, stats, req.boosts);
+    if (sort.length === 1 && sort[0].type === 'score' && sort[0].order === 'desc') {
+      const top = executor.topByScore(q, filters, offset + limit, countUpTo(req.trackTotalHits), (d) => this.idAt(d) as string);
+      if (top !== null) {
+        const hits: SearchHit[] = new Array(top.docs.length);
+        for (let i = 0; i < hits.length; i++) hits[i] = { id: this.idAt(top.docs[i]) as string, score: top.scores[i], sortValues: [top.scores[i]] };
+        return { total: top.total, hits, ...(!top.exact && { totalRelation: 'gte' as const }) };
+      }
+    }
     // A sort not by score scores only the page's hits (their score is still reported).
     const byScore = sort.some((key) => key.type === 'score');
     const m = executor.matches(q, filters, byScore);
@@ -670,6 +686,7 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   private parseRequest(req: SearchRequest): { offset: number; limit: number; q: Query; filters: Query[]; sort: SortSpec } {
     const { offset, limit } = checkPage(req);
+    countUpTo(req.trackTotalHits);
     checkBoosts(req.boosts);
     const parseOptions = { defaultOperator: checkOperator(req.defaultOperator) };
     const q = req.q === undefined ? MATCH_ALL : typeof req.q === 'string' ? parseQuery(req.q, this.schema, parseOptions) : req.q;
@@ -930,6 +947,14 @@ function checkCount(name: string, value: unknown): number {
     throw new ShardexError('SHX_BAD_REQUEST', `${name} must be a non-negative integer, got ${String(value)}`, { details: { param: name } });
   }
   return value;
+}
+
+/** The count trackTotalHits asks for (Infinity: exact), or a refusal that says what it may be. */
+export function countUpTo(track: unknown): number {
+  if (track === undefined || track === true) return Infinity;
+  if (track === false) return 0;
+  if (typeof track === 'number' && Number.isSafeInteger(track) && track >= 0) return track;
+  throw new ShardexError('SHX_BAD_REQUEST', `trackTotalHits must be true, false or a non-negative integer, got ${JSON.stringify(track) ?? String(track)}`, { details: { param: 'trackTotalHits' } });
 }
 
 function checkBoosts(boosts: unknown): void {

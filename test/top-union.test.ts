@@ -1,0 +1,205 @@
+// The top of a union of terms by score, skipping what cannot make the page (top-union.ts), gives
+// exactly the page of scoring every match: the same documents, the same scores bit for bit, ties
+// by id, and a total that is exact or, past trackTotalHits, a lower bound that says so.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { ShardexError } from '../src/errors.js';
+import { parseSchema, ShardIndex } from '../src/index/index.js';
+import { Accumulator } from '../src/index/matches.js';
+import { compareIds } from '../src/index/sort.js';
+import { bm25 } from '../src/index/stats.js';
+import { blockBounds, BLOCK, topOfUnion, type UnionTerm } from '../src/index/top-union.js';
+
+interface Case {
+  readonly maxDoc: number;
+  readonly terms: UnionTerm[];
+  readonly live: Uint8Array;
+  readonly mask: Uint32Array | null;
+  readonly ids: string[];
+}
+
+/** Few distinct tfs and lengths, so that many documents tie on their score. */
+const arbCase: fc.Arbitrary<Case> = fc
+  .record({
+    maxDoc: fc.integer({ min: 1, max: 700 }),
+    seed: fc.integer(),
+    terms: fc.array(
+      fc.record({
+        density: fc.constantFrom(0.01, 0.1, 0.4, 0.9),
+        field: fc.integer({ min: 0, max: 1 }),
+        boost: fc.constantFrom(0, 0.5, 1, 2),
+        idf: fc.constantFrom(0.2, 1.3, 4.1),
+        avgdl: fc.constantFrom(4, 11.5),
+      }),
+      { minLength: 0, maxLength: 4 },
+    ),
+    deleted: fc.constantFrom(0, 0.1, 0.5),
+    masked: fc.constantFrom(0, 0.3, 0.8),
+  })
+  .map(({ maxDoc, seed, terms, deleted, masked }) => {
+    let s = seed >>> 0 || 1;
+    const rand = (): number => {
+      s ^= s << 13;
+      s ^= s >>> 17;
+      s ^= s << 5;
+      return (s >>> 0) / 0x100000000;
+    };
+    const fieldLengths = [0, 1].map(() => Int32Array.from({ length: maxDoc }, () => [2, 3, 8][Math.floor(rand() * 3)]));
+    const unionTerms: UnionTerm[] = terms.map((t) => {
+      const p: number[] = [];
+      for (let d = 0; d < maxDoc; d++) if (rand() < t.density) p.push(d, 1 + Math.floor(rand() * rand() * 4));
+      const postings = Int32Array.from(p);
+      const lengths = fieldLengths[t.field];
+      return { postings, length: postings.length, bounds: blockBounds(postings, postings.length, lengths), boost: t.boost, idf: t.idf, avgdl: t.avgdl, lengths };
+    });
+    const live = Uint8Array.from({ length: maxDoc }, () => (rand() < deleted ? 0 : 1));
+    let mask: Uint32Array | null = null;
+    if (masked > 0) {
+      mask = new Uint32Array(Math.ceil(maxDoc / 32));
+      for (let d = 0; d < maxDoc; d++) if (rand() >= masked) mask[d >>> 5] |= 1 << (d & 31);
+    }
+    // Ids in another order than the documents, so that ties are broken by id, not by number.
+    const ids = Array.from({ length: maxDoc }, (_, d) => `id-${(d * 7919) % 1009}-${d}`);
+    return { maxDoc, terms: unionTerms, live, mask, ids };
+  });
+
+/** Every match scored, term by term in the clauses' order; sorted by score, then id. */
+function reference(c: Case): { total: number; ranked: Array<{ doc: number; score: number }> } {
+  const ranked: Array<{ doc: number; score: number }> = [];
+  const tfs = c.terms.map((t) => {
+    const tf = new Map<number, number>();
+    for (let i = 0; i < t.length; i += 2) tf.set(t.postings[i], t.postings[i + 1]);
+    return tf;
+  });
+  for (let d = 0; d < c.maxDoc; d++) {
+    if (c.live[d] !== 1 || (c.mask !== null && (c.mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
+    let score = 0;
+    let matched = false;
+    c.terms.forEach((t, i) => {
+      const tf = tfs[i].get(d);
+      if (tf === undefined) return;
+      score += t.boost * bm25(tf, t.lengths[d], t.avgdl, t.idf);
+      matched = true;
+    });
+    if (matched) ranked.push({ doc: d, score });
+  }
+  ranked.sort((a, b) => b.score - a.score || compareIds(c.ids[a.doc], c.ids[b.doc]));
+  return { total: ranked.length, ranked };
+}
+
+describe('top of a union of terms', () => {
+  it('is the page of scoring every match, whatever the windows, ties, deletes and filters', () => {
+    fc.assert(
+      fc.property(arbCase, fc.integer({ min: 0, max: 15 }), fc.constantFrom(Infinity, 0, 1, 5, 50), fc.constantFrom(8, 64, 100, 4096), (c, k, countUpTo, window) => {
+        const want = reference(c);
+        const got = topOfUnion(c.terms, c.live, c.mask, c.maxDoc, k, countUpTo, (d) => c.ids[d], new Accumulator(c.maxDoc), window);
+        const page = want.ranked.slice(0, k);
+        expect(Array.from(got.docs)).toEqual(page.map((h) => h.doc));
+        expect(Array.from(got.scores)).toEqual(page.map((h) => h.score));
+        if (got.exact) expect(got.total).toBe(want.total);
+        else {
+          // A lower bound, given only once the count passed what was asked.
+          expect(got.total).toBeGreaterThanOrEqual(countUpTo);
+          expect(got.total).toBeLessThanOrEqual(want.total);
+        }
+        if (countUpTo === Infinity || countUpTo > want.total) expect(got.exact).toBe(true);
+      }),
+      { numRuns: 600 },
+    );
+  });
+
+  it('leaves the scratch accumulator empty', () => {
+    fc.assert(
+      fc.property(arbCase, fc.integer({ min: 0, max: 5 }), (c, k) => {
+        const acc = new Accumulator(c.maxDoc);
+        topOfUnion(c.terms, c.live, c.mask, c.maxDoc, k, Infinity, (d) => c.ids[d], acc, 64);
+        expect(acc.marks.every((m) => m === 0)).toBe(true);
+        expect(acc.count).toBe(0);
+      }),
+      { numRuns: 100 },
+    );
+  });
+
+  it('skips the postings of a common term that cannot lift a document into the page', () => {
+    // A rare term with a high idf and a common one with a low idf: once the page holds ten
+    // documents of the rare term, the common term alone cannot compete.
+    const maxDoc = 20_000;
+    const lengths = new Int32Array(maxDoc).fill(10);
+    const term = (every: number, idf: number): UnionTerm => {
+      const p: number[] = [];
+      for (let d = 0; d < maxDoc; d += every) p.push(d, 1);
+      const postings = Int32Array.from(p);
+      return { postings, length: postings.length, bounds: blockBounds(postings, postings.length, lengths), boost: 1, idf, avgdl: 10, lengths };
+    };
+    const rare = term(97, 5);
+    const common = term(1, 0.1);
+    const ids = Array.from({ length: maxDoc }, (_, d) => `d${d}`);
+    const live = new Uint8Array(maxDoc).fill(1);
+    const counted = topOfUnion([common, rare], live, null, maxDoc, 10, Infinity, (d) => ids[d], new Accumulator(maxDoc));
+    const lowerBound = topOfUnion([common, rare], live, null, maxDoc, 10, 1000, (d) => ids[d], new Accumulator(maxDoc));
+    const want = reference({ maxDoc, terms: [common, rare], live, mask: null, ids });
+    for (const got of [counted, lowerBound]) {
+      expect(Array.from(got.docs)).toEqual(want.ranked.slice(0, 10).map((h) => h.doc));
+      expect(Array.from(got.scores)).toEqual(want.ranked.slice(0, 10).map((h) => h.score));
+    }
+    expect(counted).toMatchObject({ total: maxDoc, exact: true });
+    expect(lowerBound.exact).toBe(false);
+    expect(lowerBound.total).toBeGreaterThanOrEqual(1000);
+    // Scoring every match would score every posting of both terms.
+    const all = (common.length + rare.length) / 2;
+    expect(counted.scored).toBeLessThan(all / 2);
+    expect(lowerBound.scored).toBeLessThan(all / 4);
+  });
+
+  it('keeps per-block bounds of the greatest tf and the shortest field', () => {
+    const postings = Int32Array.from({ length: 2 * (BLOCK + 3) }, (_, i) => (i % 2 === 0 ? i / 2 : i === 2 * 5 + 1 ? 4 : 1));
+    const lengths = Int32Array.from({ length: BLOCK + 3 }, (_, d) => (d === BLOCK + 1 ? 2 : 9));
+    const b = blockBounds(postings, postings.length, lengths);
+    expect(Array.from(b.maxTf)).toEqual([4, 1]);
+    expect(Array.from(b.minLength)).toEqual([9, 2]);
+  });
+});
+
+describe('trackTotalHits', () => {
+  const schema = parseSchema({ title: 'text', body: 'text', category: 'keyword' });
+  const index = new ShardIndex(schema);
+  for (let i = 0; i < 3000; i++) index.add(`doc-${i}`, { title: i % 13 === 0 ? 'river stone' : 'stone', body: `stone ${i % 3 === 0 ? 'river' : 'hill'} ${'word '.repeat(i % 7)}`, category: i % 2 === 0 ? 'even' : 'odd' });
+
+  it('counts exactly by default, and says when the total is a lower bound', () => {
+    const exact = index.search({ q: 'river OR stone', limit: 5 });
+    expect(exact).toMatchObject({ total: 3000 });
+    expect(exact.totalRelation).toBeUndefined();
+    const bounded = index.search({ q: 'river OR stone', limit: 5, trackTotalHits: 100 });
+    expect(bounded.hits).toEqual(exact.hits);
+    expect(bounded.totalRelation).toBe('gte');
+    expect(bounded.total).toBeGreaterThanOrEqual(100);
+    expect(bounded.total).toBeLessThanOrEqual(3000);
+    const none = index.search({ q: 'river', limit: 5, trackTotalHits: false, filters: ['category:even'] });
+    expect(none.hits).toEqual(index.search({ q: 'river', limit: 5, filters: ['category:even'] }).hits);
+    // A count that reaches every match before the limit is exact.
+    expect(index.search({ q: 'river', limit: 5, trackTotalHits: 10_000 })).toMatchObject({ total: 1000 + 231 - 77 });
+    expect(index.search({ q: 'river', limit: 5, trackTotalHits: 10_000 }).totalRelation).toBeUndefined();
+  });
+
+  it('is exact for queries that are not a union of terms, or not sorted by score alone', () => {
+    for (const req of [{ q: '"river stone"' }, { q: 'river AND stone' }, { q: 'river', sort: 'id asc' }]) {
+      const r = index.search({ ...req, trackTotalHits: 1 });
+      expect(r.totalRelation).toBeUndefined();
+      expect(r.total).toBe(index.search(req).total);
+    }
+  });
+
+  it('refuses what is not true, false or a non-negative integer, naming the parameter', () => {
+    for (const bad of [-1, 1.5, 'all', null, Number.NaN]) {
+      let err: unknown;
+      try {
+        index.search({ q: 'river', trackTotalHits: bad as never });
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(ShardexError);
+      expect((err as ShardexError).code).toBe('SHX_BAD_REQUEST');
+      expect((err as ShardexError).message).toMatch(/trackTotalHits must be true, false or a non-negative integer/);
+    }
+  });
+});
