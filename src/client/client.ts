@@ -608,6 +608,7 @@ export class ShardexClient {
         ...(opts.offset !== undefined && { offset: opts.offset }),
         ...(opts.limit !== undefined && { limit: opts.limit }),
         ...(opts.fields !== undefined && { fields: opts.fields.join(',') }),
+        ...(opts.trackTotalHits !== undefined && { trackTotalHits: opts.trackTotalHits }),
       });
       return { ...res, servedBy } as SearchResult;
     });
@@ -623,6 +624,7 @@ export class ShardexClient {
     if (opts.offset !== undefined) params.set('offset', String(opts.offset));
     if (opts.limit !== undefined) params.set('limit', String(opts.limit));
     if (opts.fields !== undefined) params.set('fields', opts.fields.join(','));
+    if (opts.trackTotalHits !== undefined) params.set('trackTotalHits', String(opts.trackTotalHits));
     return this.viaAnyNode<SearchResult>(opts, `searching ${collection}`, collection, 'GET', (attemptMs) => {
       params.set('timeoutMs', String(attemptMs));
       return `/api/collections/${enc(collection)}/search?${params}`;

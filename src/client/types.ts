@@ -119,6 +119,8 @@ export interface SearchOptions extends ReadOptions {
   readonly offset?: number;
   readonly limit?: number;
   readonly fields?: readonly string[];
+  /** Count `total` exactly (true, the default), at least up to a number, or false (Elasticsearch's track_total_hits). */
+  readonly trackTotalHits?: boolean | number;
 }
 
 export interface AddResult {
@@ -140,7 +142,9 @@ export interface SearchHit {
 }
 
 export interface SearchResult {
+  /** With `totalRelation: 'gte'`, a lower bound: the count stopped past `trackTotalHits`. */
   readonly total: number;
+  readonly totalRelation?: 'gte';
   readonly hits: readonly SearchHit[];
   readonly shards: { readonly total: number; readonly ok: number; readonly failed: number };
   /** Eventual reads: who served each shard (reader, snapshot, attempts, fallback to the leader). */

@@ -2,7 +2,7 @@
 // its top offset+limit hits with their sort values; the page is the offset..offset+limit slice of
 // their union in the one hit order (sort keys, missing values last, then id ascending: shards
 // and this merge use the same compareHits, so a page never depends on which shard a hit came
-// from). total is the sum of the shards' totals. An id returned by two shards (possible while a
+// from). total is the sum of the shards' totals (a lower bound if one shard's is). An id returned by two shards (possible while a
 // shard splits) counts once, where it ranks best, as Solr keeps the first it sees. The result
 // says which shard owns each id of the page, for phase 2 (fetching stored fields).
 
@@ -20,7 +20,9 @@ export interface MergedHit extends SearchHit {
 }
 
 export interface MergedPage {
+  /** A lower bound when totalRelation is 'gte' (a shard stopped counting). */
   readonly total: number;
+  readonly totalRelation?: 'gte';
   /** The page, best first. */
   readonly hits: MergedHit[];
   /** The page's ids per shard, in page order: what phase 2 asks each shard for. */
@@ -32,9 +34,11 @@ export function mergeSearchResults(responses: readonly ShardResponse[], sort: So
     throw new ShardexError('SHX_BAD_REQUEST', `offset and limit must be non-negative integers, got ${offset} and ${limit}`);
   }
   let total = 0;
+  let exact = true;
   const lists: MergedHit[][] = [];
   for (const { shard, result } of responses) {
     total += result.total;
+    exact &&= result.totalRelation === undefined;
     lists.push(
       result.hits.map((hit) => {
         if (hit.sortValues.length !== sort.length) {
@@ -52,5 +56,5 @@ export function mergeSearchResults(responses: readonly ShardResponse[], sort: So
     if (ids === undefined) idsByShard.set(hit.shard, [hit.id]);
     else ids.push(hit.id);
   }
-  return { total, hits, idsByShard };
+  return { total, hits, idsByShard, ...(!exact && { totalRelation: 'gte' as const }) };
 }

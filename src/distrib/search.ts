@@ -44,6 +44,8 @@ export interface SearchParams {
   readonly partial?: boolean;
   /** Add each phase's time to the response (Solr's debug=timing). */
   readonly timing?: boolean;
+  /** Count `total` exactly (true, the default), at least up to a number, or as false = 0 (Elasticsearch's track_total_hits). */
+  readonly trackTotalHits?: boolean | number;
   /** Set by the coordinator for a small page: the query round also returns the hits' stored fields. */
   readonly fetchInQuery?: boolean;
 }
@@ -88,7 +90,9 @@ export interface ShardSearcher {
 }
 
 export interface SearchResponse {
+  /** With `totalRelation: 'gte'`, a lower bound (the count stopped past trackTotalHits). */
   readonly total: number;
+  readonly totalRelation?: 'gte';
   readonly hits: Array<Record<string, unknown> & { id: string; score: number }>;
   readonly shards: { total: number; ok: number; failed: number; errors?: Record<string, string> };
   readonly tookMs: number;
@@ -183,6 +187,7 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
   });
   return {
     total: page.total,
+    ...(page.totalRelation !== undefined && { totalRelation: page.totalRelation }),
     hits,
     shards: {
       total: shards.length,
@@ -220,6 +225,7 @@ function shardRequest(params: SearchParams): SearchRequest {
     ...(params.q !== undefined && { q: params.q }),
     ...(params.filters && { filters: params.filters }),
     ...(params.sort !== undefined && { sort: params.sort }),
+    ...(params.trackTotalHits !== undefined && { trackTotalHits: params.trackTotalHits }),
     offset: 0,
     limit: (params.offset ?? 0) + (params.limit ?? DEFAULT_LIMIT),
   };

@@ -41,6 +41,13 @@ function intArg(name: string, min: number) {
   };
 }
 
+function trackTotalHitsArg(v: string): boolean | number {
+  if (v === 'true' || v === 'false') return v === 'true';
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError('must be true, false or an integer >= 0');
+  return n;
+}
+
 function consistencyArg(v: string): 'immediate' | 'eventual' {
   if (v !== 'immediate' && v !== 'eventual') throw new InvalidArgumentError('must be "immediate" or "eventual"');
   return v;
@@ -422,13 +429,14 @@ export function registerClientCommands(program: Command): void {
         .option('--sort <s>', 'sort, e.g. "price desc"')
         .option('--offset <n>', 'hits to skip', intArg('--offset', 0))
         .option('--limit <n>', 'hits to return', intArg('--limit', 0))
-        .option('--fields <list>', 'comma-separated fields to return'),
+        .option('--fields <list>', 'comma-separated fields to return')
+        .option('--track-total-hits <n>', 'count the total exactly (true, the default), at least up to n, or not (false)', trackTotalHitsArg),
     ),
   ).action(async function (
     this: Command,
     collection: string,
     query: string,
-    o: ConnectOptions & Parameters<typeof readOptions>[0] & { filter?: string; sort?: string; offset?: number; limit?: number; fields?: string },
+    o: ConnectOptions & Parameters<typeof readOptions>[0] & { filter?: string; sort?: string; offset?: number; limit?: number; fields?: string; trackTotalHits?: boolean | number },
   ) {
     await withClient(this, o, async (client) => {
       const res = await client.search(collection, query, {
@@ -438,6 +446,7 @@ export function registerClientCommands(program: Command): void {
         ...(o.offset !== undefined && { offset: o.offset }),
         ...(o.limit !== undefined && { limit: o.limit }),
         ...(o.fields !== undefined && { fields: o.fields.split(',') }),
+        ...(o.trackTotalHits !== undefined && { trackTotalHits: o.trackTotalHits }),
       });
       out(JSON.stringify(res));
     });

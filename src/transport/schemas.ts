@@ -19,6 +19,7 @@ const SearchParams = z.looseObject({
   limit: z.number().int().nonnegative().optional(),
   fields: z.string().optional(),
   partial: z.boolean().optional(),
+  trackTotalHits: z.union([z.boolean(), z.number().int().nonnegative()]).optional(),
 });
 
 export const GetRequest = ShardRef.extend({ ids: z.array(id).max(10_000), eventual });

@@ -145,6 +145,28 @@ describe('shardex client commands against a 3-node cluster', () => {
     expect(missing.stderr).toContain('not found');
   });
 
+  it('search prints the result, counting the total as far as --track-total-hits asks', async () => {
+    // The most frequent title word: every shard's segments hold more matches than the count asks for.
+    const freq = new Map<string, number>();
+    for (const d of generateDocs({ count: 5000, seed: 41, words: 10 })) for (const w of new Set(d.title.split(' '))) freq.set(w, (freq.get(w) ?? 0) + 1);
+    const word = [...freq].sort((a, b) => b[1] - a[1])[0]![0];
+    const exact = await run(['search', 'docs', word, '--url', url, '--limit', '3']);
+    expect(exact.code, exact.stderr).toBe(0);
+    const all = JSON.parse(exact.stdout) as { total: number; totalRelation?: string; hits: unknown[] };
+    expect(all.totalRelation).toBeUndefined();
+    expect(all.total).toBeGreaterThan(10_000);
+    const bounded = await run(['search', 'docs', word, '--url', url, '--limit', '3', '--track-total-hits', '10']);
+    expect(bounded.code, bounded.stderr).toBe(0);
+    const some = JSON.parse(bounded.stdout) as { total: number; totalRelation?: string; hits: unknown[] };
+    expect(some.hits).toEqual(all.hits);
+    expect(some.totalRelation).toBe('gte');
+    expect(some.total).toBeGreaterThanOrEqual(10);
+    expect(some.total).toBeLessThanOrEqual(all.total);
+    const bad = await run(['search', 'docs', word, '--url', url, '--track-total-hits', 'many']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('must be true, false or an integer >= 0');
+  });
+
   it('cluster prints shards, ranges, leaders and replica states', async () => {
     const r = await run(['cluster', '--url', url]);
     expect(r.code).toBe(0);

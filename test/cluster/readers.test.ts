@@ -93,6 +93,11 @@ describe('the Accumulo scenario: eventual reads see commit points only', () => {
       expect(res.hits.map((h) => h.id)).toEqual(['c1']);
       expect(Object.values(res.servedBy ?? {}).length).toBe(2);
       for (const s of Object.values(res.servedBy ?? {})) expect(s).toMatchObject({ node: 'reader1', fallback: false });
+      // trackTotalHits reaches the readers' shards: nothing is counted past 0, the page stays.
+      const uncounted = await client.search('scan', 'client', { consistency: 'eventual', fields: ['title'], trackTotalHits: 0 });
+      expect(uncounted).toMatchObject({ total: 0, totalRelation: 'gte' });
+      expect(uncounted.hits).toEqual(res.hits);
+      expect(await client.search('scan', 'client', { fields: ['title'], trackTotalHits: false })).toMatchObject({ total: 0, totalRelation: 'gte', hits: res.hits });
     } finally {
       await client.close();
     }

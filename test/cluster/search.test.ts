@@ -117,6 +117,40 @@ describe('distributed search (3 nodes: 1-shard and 5-shard collections of the sa
     expect(bad.body.error).toMatch(/timing/);
   });
 
+  it('counts the total only as far as trackTotalHits asks, says so, and returns the same page', async () => {
+    const words = [...new Set(docs.slice(0, 50).flatMap((d) => d.title.split(' ')))].slice(0, 6);
+    let bounded = 0;
+    for (const [i, q] of [words[0], `${words[1]} OR ${words[2]}`, `${words[3]} ${words[4]} ${words[5]}`].entries()) {
+      for (const name of ['one', 'five']) {
+        const base = `${tc.urls[i % 3]}/api/collections/${name}/search?${new URLSearchParams({ q, limit: '10', fields: 'title' })}`;
+        const exact = await http('GET', base);
+        const counted = await http('GET', `${base}&trackTotalHits=50`);
+        expect(counted.status, JSON.stringify(counted.body)).toBe(200);
+        expect(exact.body.totalRelation).toBeUndefined();
+        expect(counted.body.hits).toEqual(exact.body.hits);
+        if (counted.body.totalRelation === 'gte') {
+          bounded++;
+          expect(counted.body.total).toBeGreaterThanOrEqual(50);
+          expect(counted.body.total).toBeLessThanOrEqual(exact.body.total);
+        } else {
+          expect(counted.body.total).toBe(exact.body.total);
+        }
+        // JSON bodies take a boolean; false counts nothing it need not.
+        const posted = await http('POST', `${tc.urls[(i + 1) % 3]}/api/collections/${name}/search`, { q, limit: 10, fields: 'title', trackTotalHits: false });
+        expect(posted.status, JSON.stringify(posted.body)).toBe(200);
+        expect(posted.body.hits).toEqual(exact.body.hits);
+        expect(posted.body.total).toBeLessThanOrEqual(exact.body.total);
+      }
+    }
+    // These words match thousands of the 20,000 documents: the count stopped for some.
+    expect(bounded).toBeGreaterThan(0);
+    for (const bad of ['-1', '2.5', 'some']) {
+      const res = await http('GET', `${tc.urls[0]}/api/collections/five/search?q=x&trackTotalHits=${bad}`);
+      expect(res.status).toBe(400);
+      expect(res.body.error).toMatch(/trackTotalHits must be true, false or a non-negative integer/);
+    }
+  });
+
   it('answers a query that does not parse with 400 and the position', async () => {
     const res = await http('GET', `${tc.urls[0]}/api/collections/five/search?q=${encodeURIComponent('(kalo AND')}`);
     expect(res.status).toBe(400);

@@ -19,6 +19,18 @@ const intText = (name: string) =>
     return n;
   });
 
+/** trackTotalHits: true, false or a non-negative integer, as JSON or as query-string text. */
+const trackText = z.union([z.boolean(), z.number(), z.string()]).transform((v, ctx) => {
+  if (v === true || v === 'true') return true;
+  if (v === false || v === 'false') return false;
+  const n = typeof v === 'number' ? v : v.trim() === '' ? NaN : Number(v);
+  if (!Number.isSafeInteger(n) || n < 0) {
+    ctx.addIssue({ code: 'custom', message: `trackTotalHits must be true, false or a non-negative integer, got ${JSON.stringify(v)}` });
+    return z.NEVER;
+  }
+  return n;
+});
+
 const boolText = z.union([z.boolean(), z.enum(['true', 'false'])]).transform((v) => v === true || v === 'true');
 const stringList = z.union([z.string(), z.array(z.string())]).transform((v) => (Array.isArray(v) ? v : [v]));
 
@@ -33,6 +45,7 @@ const SearchQuery = z
     fields: z.union([z.string(), z.array(z.string())]).transform((v) => (Array.isArray(v) ? v.join(',') : v)).optional(),
     partial: boolText.optional(),
     timing: boolText.optional(),
+    trackTotalHits: trackText.optional(),
     consistency: z.enum(['immediate', 'eventual']).optional(),
     scanType: z.string().optional(),
     minVersion: z.union([z.string(), z.number()]).transform(String).optional(),
@@ -56,6 +69,7 @@ export function parseSearchParams(input: unknown): SearchParams & { read: ReadOp
     ...(p.fields !== undefined && { fields: p.fields }),
     ...(p.partial !== undefined && { partial: p.partial }),
     ...(p.timing === true && { timing: true }),
+    ...(p.trackTotalHits !== undefined && { trackTotalHits: p.trackTotalHits }),
     read: parseReadOptions({
       ...(p.consistency !== undefined && { consistency: p.consistency }),
       ...(p.scanType !== undefined && { scanType: p.scanType }),
