@@ -29,6 +29,8 @@ const COLLECTION = 'bench';
 const FIELDS = { title: 'text', body: 'text', category: 'keyword', price: 'number', ts: 'date' };
 const RETURNED = ['id', 'title', 'category', 'price'];
 const LIMIT = 10;
+/** What Lucene's default collection counts exactly before its total becomes a lower bound. */
+const LUCENE_DEFAULT_COUNT = 1000;
 
 function args(rest) {
   const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000, lucene: 1, luceneWarmup: 200 };
@@ -76,8 +78,9 @@ function queryText(q) {
   return q.words.join(q.kind === 'and' ? ' AND ' : ' OR ');
 }
 
-function shardexParams(q) {
+function shardexParams(q, trackTotalHits) {
   const p = new URLSearchParams({ q: queryText(q), limit: String(LIMIT), fields: RETURNED.join(',') });
+  if (trackTotalHits !== undefined) p.set('trackTotalHits', String(trackTotalHits));
   if (q.category) p.append('filter', `category:${q.category}`);
   if (q.sortPrice) p.append('sort', 'price desc');
   return p.toString();
@@ -172,8 +175,9 @@ async function shardexSearch(cluster, mix, a) {
   let next = 0;
   // The coordinator's time per round (timing=true), recorded during the timed rounds only.
   let phases;
+  let trackTotalHits;
   const runOne = async (q) => {
-    const url = `${cluster.urls[next++ % cluster.urls.length]}/api/collections/${COLLECTION}/search?${shardexParams(q)}${phases ? '&timing=true' : ''}`;
+    const url = `${cluster.urls[next++ % cluster.urls.length]}/api/collections/${COLLECTION}/search?${shardexParams(q, trackTotalHits)}${phases ? '&timing=true' : ''}`;
     const res = await httpRequest(url, { timeoutMs: 30_000 });
     if (res.status !== 200) throw new Error(`search ${q.name}: HTTP ${res.status} ${res.body.slice(0, 300)}`);
     const body = JSON.parse(res.body);
@@ -189,6 +193,10 @@ async function shardexSearch(cluster, mix, a) {
   const seq = await sequentialRun('shardex HTTP', mix, runOne, { rounds: a.rounds, warmup: 0 });
   seq.phases = phases;
   phases = undefined;
+  log(`shardex: the same with trackTotalHits=${LUCENE_DEFAULT_COUNT} (what Lucene's default counts), ${a.rounds} rounds ...`);
+  trackTotalHits = LUCENE_DEFAULT_COUNT;
+  const counted = await sequentialRun('shardex HTTP, trackTotalHits', mix, runOne, { rounds: a.rounds, warmup: a.warmup });
+  trackTotalHits = undefined;
 
   log(`shardex: queries/s with ${a.clients} concurrent HTTP clients for ${a.qpsSeconds} s ...`);
   const stopAt = performance.now() + a.qpsSeconds * 1000;
@@ -204,7 +212,7 @@ async function shardexSearch(cluster, mix, a) {
     }),
   );
   const concurrentQps = count / ((performance.now() - t0) / 1000);
-  return { totals, seq, concurrentQps };
+  return { totals, seq, counted, concurrentQps };
 }
 
 // ---- in-process engines ----
@@ -217,12 +225,13 @@ function shardIndexEngine(docs, byId, gc) {
   for (const d of docs) index.add(d.id, d);
   const rate = docs.length / ((performance.now() - t0) / 1000);
   const bytes = memoryNow(gc) - before;
-  const runOne = async (q) => {
+  const runOne = async (q, trackTotalHits) => {
     const r = index.search({
       q: queryText(q),
       limit: LIMIT,
       ...(q.category && { filters: [`category:${q.category}`] }),
       ...(q.sortPrice && { sort: 'price desc' }),
+      ...(trackTotalHits !== undefined && { trackTotalHits }),
     });
     const stored = await index.fetch(r.hits.map((h) => h.id), RETURNED);
     return { total: r.total, stored };
@@ -452,6 +461,8 @@ export async function run(rest) {
   for (const q of mix) localTotals.push((await local.runOne(q)).total);
   log('in-process ShardIndex: sequential latency ...');
   const localSeq = await sequentialRun('ShardIndex', mix, local.runOne, a);
+  log(`in-process ShardIndex: the same with trackTotalHits=${LUCENE_DEFAULT_COUNT} ...`);
+  const localCounted = await sequentialRun('ShardIndex, trackTotalHits', mix, (q) => local.runOne(q, LUCENE_DEFAULT_COUNT), a);
   local.runOne = null;
 
   log('MiniSearch: addAll ...');
@@ -519,35 +530,37 @@ export async function run(rest) {
   log('');
   log('Ratios are shardex / baseline: above 1 means shardex is slower for latencies, faster for rates, larger for bytes.');
   log('');
-  if (lucene) luceneTable(a, mix, { http, localSeq, local, indexRate, lucene });
+  if (lucene) luceneTable(a, mix, { http, localSeq, localCounted, local, indexRate, lucene });
   if (a.memoryDocs > 0) await memoryAtScale(a);
 }
 
 /** Every Shardex figure as a ratio to Lucene's, measured in the same run (issue 15's aims). */
-function luceneTable(a, mix, { http, localSeq, local, indexRate, lucene }) {
+function luceneTable(a, mix, { http, localSeq, localCounted, local, indexRate, lucene }) {
   const lx = lucene.exact;
   const ld = lucene.default;
-  log(`Against Apache Lucene 8 (in-process, one JVM, BM25; \`exact\` counts every hit as Shardex does, \`default\` counts up to 1,000 then a lower bound; ${fmt(Math.max(a.warmup, a.luceneWarmup))} warm-up rounds for the JIT, ${a.rounds} timed):`);
+  const c = LUCENE_DEFAULT_COUNT;
+  log(`Against Apache Lucene 8 (in-process, one JVM, BM25; ${fmt(Math.max(a.warmup, a.luceneWarmup))} warm-up rounds for the JIT, ${a.rounds} timed). Like for like: \`exact\` counts every hit (Shardex's default), \`default\` is Lucene's default collection, which counts up to ${fmt(c)} hits and then a lower bound (Shardex with trackTotalHits=${c}):`);
   log('');
-  log('| figure | ShardIndex in-process | shardex HTTP (3 nodes, 2 x 2) | Lucene exact | Lucene default | ShardIndex / Lucene default | ShardIndex / Lucene exact | shardex HTTP / Lucene default |');
-  log('|---|---|---|---|---|---|---|---|');
-  const row = (figure, l, h, e, d, show) => log(`| ${figure} | ${show(l)} | ${show(h)} | ${show(e)} | ${show(d)} | ${ratio(l, d)} | ${ratio(l, e)} | ${ratio(h, d)} |`);
-  mix.forEach((q, i) => {
-    const p = (run) => percentile(run.byQuery[i], 50);
-    row(`p50 ${q.name}`, p(localSeq), p(http.seq), p(lx), p(ld), ms);
-  });
-  row('p50, whole mix', percentile(localSeq.all, 50), percentile(http.seq.all, 50), percentile(lx.all, 50), percentile(ld.all, 50), ms);
-  row('p99, whole mix', percentile(localSeq.all, 99), percentile(http.seq.all, 99), percentile(lx.all, 99), percentile(ld.all, 99), ms);
-  row('queries/s, 1 client, sequential', localSeq.qps, http.seq.qps, lx.qps, ld.qps, fmt);
+  log(`| figure | ShardIndex in-process, exact | ShardIndex in-process, trackTotalHits ${c} | shardex HTTP (3 nodes, 2 x 2), exact | shardex HTTP, trackTotalHits ${c} | Lucene exact | Lucene default | ShardIndex exact / Lucene exact | ShardIndex ${c} / Lucene default | HTTP exact / Lucene exact | HTTP ${c} / Lucene default |`);
+  log('|---|---|---|---|---|---|---|---|---|---|---|');
+  const row = (figure, le, lc, he, hc, e, d, show) => log(`| ${figure} | ${show(le)} | ${show(lc)} | ${show(he)} | ${show(hc)} | ${show(e)} | ${show(d)} | ${ratio(le, e)} | ${ratio(lc, d)} | ${ratio(he, e)} | ${ratio(hc, d)} |`);
+  const runs = [localSeq, localCounted, http.seq, http.counted, lx, ld];
+  mix.forEach((q, i) => row(`p50 ${q.name}`, ...runs.map((run) => percentile(run.byQuery[i], 50)), ms));
+  row('p50, whole mix', ...runs.map((run) => percentile(run.all, 50)), ms);
+  row('p99, whole mix', ...runs.map((run) => percentile(run.all, 99)), ms);
+  row('queries/s, 1 client, sequential', ...runs.map((run) => run.qps), fmt);
+  log('');
+  log('| figure | ShardIndex in-process | shardex HTTP (3 nodes, 2 x 2) | Lucene | ShardIndex / Lucene | shardex HTTP / Lucene |');
+  log('|---|---|---|---|---|---|');
   const phase = (key) => percentile(http.seq.phases.map((p) => p[key]), 50);
   const took = phase('tookMs');
-  log(`| shardex HTTP p50 by round (the coordinator's timing=true): dfs / query / merge / fetch / coordinator total / outside it (HTTP, JSON, routing: client p50 - coordinator p50) | | ${['dfsMs', 'queryMs', 'mergeMs', 'fetchMs'].map((k) => ms(phase(k))).join(' / ')} / ${ms(took)} / ${ms(percentile(http.seq.all, 50) - took)} | | | | | |`);
-  const overhead = (i) => percentile(http.seq.byQuery[i], 50) - percentile(localSeq.byQuery[i], 50);
-  const overheads = mix.map((_, i) => overhead(i));
-  log(`| distributed overhead per query (HTTP p50 - ShardIndex p50): min / max | ${ms(Math.min(...overheads))} / ${ms(Math.max(...overheads))} | | | | | | |`);
-  log(`| indexing docs/s (ShardIndex: one copy in memory; shardex: HTTP, 2 replicas, default durability; Lucene: one copy, stored source, committed) | ${fmt(local.rate)} | ${fmt(indexRate)} | ${fmt(lucene.rate)} | | ${ratio(local.rate, lucene.rate)} | | ${ratio(indexRate, lucene.rate)} |`);
-  log(`| index bytes per doc (ShardIndex: heap + external delta; Lucene: index files without stored fields) | ${perDoc(local.bytes, a.docs)} | | ${perDoc(lucene.indexBytesWithoutStored, a.docs)} | | ${ratio(local.bytes, lucene.indexBytesWithoutStored)} | | |`);
-  log(`| Lucene: all index files per doc (stored source included) / JVM heap of the open index per doc / segments | | | ${perDoc(lucene.indexBytes, a.docs)} / ${perDoc(lucene.heapBytes, a.docs)} / ${lucene.segments} | | | | |`);
+  log(`| shardex HTTP p50 by round, exact (the coordinator's timing=true): dfs / query / merge / fetch / coordinator total / outside it (HTTP, JSON, routing: client p50 - coordinator p50) | | ${['dfsMs', 'queryMs', 'mergeMs', 'fetchMs'].map((k) => ms(phase(k))).join(' / ')} / ${ms(took)} / ${ms(percentile(http.seq.all, 50) - took)} | | | |`);
+  const overheads = (h, l) => mix.map((_, i) => percentile(h.byQuery[i], 50) - percentile(l.byQuery[i], 50));
+  const span = (xs) => `${ms(Math.min(...xs))} / ${ms(Math.max(...xs))}`;
+  log(`| distributed overhead per query (HTTP p50 - ShardIndex p50): min / max, exact; trackTotalHits ${c} | | ${span(overheads(http.seq, localSeq))}; ${span(overheads(http.counted, localCounted))} | | | |`);
+  log(`| indexing docs/s (ShardIndex: one copy in memory; shardex: HTTP, 2 replicas, default durability; Lucene: one copy, stored source, committed) | ${fmt(local.rate)} | ${fmt(indexRate)} | ${fmt(lucene.rate)} | ${ratio(local.rate, lucene.rate)} | ${ratio(indexRate, lucene.rate)} |`);
+  log(`| index bytes per doc (ShardIndex: heap + external delta; Lucene: index files without stored fields) | ${perDoc(local.bytes, a.docs)} | | ${perDoc(lucene.indexBytesWithoutStored, a.docs)} | ${ratio(local.bytes, lucene.indexBytesWithoutStored)} | |`);
+  log(`| Lucene: all index files per doc (stored source included) / JVM heap of the open index per doc / segments | | | ${perDoc(lucene.indexBytes, a.docs)} / ${perDoc(lucene.heapBytes, a.docs)} / ${lucene.segments} | | |`);
   log('');
   log('Ratios are Shardex / Lucene: above 1 means Shardex is slower for latencies, faster for rates, larger for bytes.');
 }
