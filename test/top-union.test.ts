@@ -8,24 +8,44 @@ import { parseSchema, ShardIndex } from '../src/index/index.js';
 import { Accumulator } from '../src/index/matches.js';
 import { compareIds } from '../src/index/sort.js';
 import { bm25 } from '../src/index/stats.js';
-import { blockBounds, BLOCK, topOfUnion, type UnionTerm } from '../src/index/top-union.js';
+import { blockBounds, BLOCK, topOfUnion, type UnionClause, type UnionTerm } from '../src/index/top-union.js';
 
 interface Case {
   readonly maxDoc: number;
-  readonly terms: UnionTerm[];
+  readonly terms: UnionClause[];
   readonly live: Uint8Array;
   readonly mask: Uint32Array | null;
   readonly ids: string[];
 }
 
-/** Few distinct tfs and lengths, so that many documents tie on their score. */
+const VOCABULARY = 4;
+
+/** Postings ([doc, tf, ...]) and positions of one word in one field of token sequences. */
+function postingsOf(fields: number[][], word: number): { postings: Int32Array; positions: Int32Array } {
+  const p: number[] = [];
+  const pos: number[] = [];
+  fields.forEach((tokens, d) => {
+    const at = tokens.flatMap((w, q) => (w === word ? [q] : []));
+    if (at.length === 0) return;
+    p.push(d, at.length);
+    pos.push(...at);
+  });
+  return { postings: Int32Array.from(p), positions: Int32Array.from(pos) };
+}
+
+/**
+ * Documents of two fields, each a short random sequence of a few words (so that many documents
+ * tie on their score), and a union of term and phrase clauses over them.
+ */
 const arbCase: fc.Arbitrary<Case> = fc
   .record({
     maxDoc: fc.integer({ min: 1, max: 700 }),
     seed: fc.integer(),
-    terms: fc.array(
+    clauses: fc.array(
       fc.record({
-        density: fc.constantFrom(0.01, 0.1, 0.4, 0.9),
+        phrase: fc.array(fc.integer({ min: 0, max: VOCABULARY - 1 }), { minLength: 1, maxLength: 3 }),
+        isPhrase: fc.boolean(),
+        lead: fc.nat(),
         field: fc.integer({ min: 0, max: 1 }),
         boost: fc.constantFrom(0, 0.5, 1, 2),
         idf: fc.constantFrom(0.2, 1.3, 4.1),
@@ -33,10 +53,11 @@ const arbCase: fc.Arbitrary<Case> = fc
       }),
       { minLength: 0, maxLength: 4 },
     ),
+    skew: fc.constantFrom(0.05, 0.5, 0.9),
     deleted: fc.constantFrom(0, 0.1, 0.5),
     masked: fc.constantFrom(0, 0.3, 0.8),
   })
-  .map(({ maxDoc, seed, terms, deleted, masked }) => {
+  .map(({ maxDoc, seed, clauses, skew, deleted, masked }) => {
     let s = seed >>> 0 || 1;
     const rand = (): number => {
       s ^= s << 13;
@@ -44,13 +65,19 @@ const arbCase: fc.Arbitrary<Case> = fc
       s ^= s << 5;
       return (s >>> 0) / 0x100000000;
     };
-    const fieldLengths = [0, 1].map(() => Int32Array.from({ length: maxDoc }, () => [2, 3, 8][Math.floor(rand() * 3)]));
-    const unionTerms: UnionTerm[] = terms.map((t) => {
-      const p: number[] = [];
-      for (let d = 0; d < maxDoc; d++) if (rand() < t.density) p.push(d, 1 + Math.floor(rand() * rand() * 4));
-      const postings = Int32Array.from(p);
-      const lengths = fieldLengths[t.field];
-      return { postings, length: postings.length, bounds: blockBounds(postings, postings.length, lengths), boost: t.boost, idf: t.idf, avgdl: t.avgdl, lengths };
+    // Word 0 is common, the others rarer (skew: how often a token is word 0).
+    const word = (): number => (rand() < skew ? 0 : 1 + Math.floor(rand() * (VOCABULARY - 1)));
+    const fields = [0, 1].map(() => Array.from({ length: maxDoc }, () => Array.from({ length: Math.floor(rand() * 7) }, word)));
+    const lengths = fields.map((docs) => Int32Array.from(docs, (tokens) => tokens.length));
+    const words = fields.map((docs) => Array.from({ length: VOCABULARY }, (_, w) => postingsOf(docs, w)));
+    const terms: UnionClause[] = clauses.map((c) => {
+      const parts = (c.isPhrase ? c.phrase : c.phrase.slice(0, 1)).map((w) => {
+        const { postings, positions } = words[c.field]![w]!;
+        return { postings, length: postings.length, positions, bounds: blockBounds(postings, postings.length, lengths[c.field]!) };
+      });
+      const scoring = { boost: c.boost, idf: c.idf, avgdl: c.avgdl, lengths: lengths[c.field]! };
+      if (!c.isPhrase) return { ...parts[0]!, ...scoring };
+      return { kind: 'phrase' as const, terms: parts, offsets: Int32Array.from(parts, (_, j) => j), lead: c.lead % parts.length, ...scoring };
     });
     const live = Uint8Array.from({ length: maxDoc }, () => (rand() < deleted ? 0 : 1));
     let mask: Uint32Array | null = null;
@@ -60,35 +87,55 @@ const arbCase: fc.Arbitrary<Case> = fc
     }
     // Ids in another order than the documents, so that ties are broken by id, not by number.
     const ids = Array.from({ length: maxDoc }, (_, d) => `id-${(d * 7919) % 1009}-${d}`);
-    return { maxDoc, terms: unionTerms, live, mask, ids };
+    return { maxDoc, terms, live, mask, ids };
   });
 
-/** Every match scored, term by term in the clauses' order; sorted by score, then id. */
+/** A clause's tf in each document: a term's tf, or how often a phrase's words sit one after another. */
+function tfs(c: UnionClause): Map<number, number> {
+  const out = new Map<number, number>();
+  if (c.kind !== 'phrase') {
+    for (let i = 0; i < c.length; i += 2) out.set(c.postings[i], c.postings[i + 1]);
+    return out;
+  }
+  const at = c.terms.map((t) => {
+    const byDoc = new Map<number, Set<number>>();
+    let q = 0;
+    for (let i = 0; i < t.length; i += 2) {
+      byDoc.set(t.postings[i], new Set(t.positions.subarray(q, q + t.postings[i + 1])));
+      q += t.postings[i + 1];
+    }
+    return byDoc;
+  });
+  for (const [d, first] of at[0]!) {
+    let freq = 0;
+    for (const q of first) if (c.terms.every((_, j) => at[j]!.get(d)?.has(q - c.offsets[0] + c.offsets[j]))) freq++;
+    if (freq > 0) out.set(d, freq);
+  }
+  return out;
+}
+
+/** Every match scored, clause by clause in their order; sorted by score, then id. */
 function reference(c: Case): { total: number; ranked: Array<{ doc: number; score: number }> } {
   const ranked: Array<{ doc: number; score: number }> = [];
-  const tfs = c.terms.map((t) => {
-    const tf = new Map<number, number>();
-    for (let i = 0; i < t.length; i += 2) tf.set(t.postings[i], t.postings[i + 1]);
-    return tf;
-  });
+  const freqs = c.terms.map(tfs);
   for (let d = 0; d < c.maxDoc; d++) {
     if (c.live[d] !== 1 || (c.mask !== null && (c.mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
     let score = 0;
     let matched = false;
     c.terms.forEach((t, i) => {
-      const tf = tfs[i].get(d);
+      const tf = freqs[i]!.get(d);
       if (tf === undefined) return;
-      score += t.boost * bm25(tf, t.lengths[d], t.avgdl, t.idf);
+      score += t.boost * bm25(tf, t.lengths[d]!, t.avgdl, t.idf);
       matched = true;
     });
     if (matched) ranked.push({ doc: d, score });
   }
-  ranked.sort((a, b) => b.score - a.score || compareIds(c.ids[a.doc], c.ids[b.doc]));
+  ranked.sort((a, b) => b.score - a.score || compareIds(c.ids[a.doc]!, c.ids[b.doc]!));
   return { total: ranked.length, ranked };
 }
 
-describe('top of a union of terms', () => {
-  it('is the page of scoring every match, whatever the windows, ties, deletes and filters', () => {
+describe('top of a union of terms and phrases', () => {
+  it('is the page of scoring every match, whatever the windows, ties, deletes, filters and phrase leads', () => {
     fc.assert(
       fc.property(arbCase, fc.integer({ min: 0, max: 15 }), fc.constantFrom(Infinity, 0, 1, 5, 50), fc.constantFrom(8, 64, 100, 4096), (c, k, countUpTo, window) => {
         const want = reference(c);
@@ -151,12 +198,45 @@ describe('top of a union of terms', () => {
     expect(lowerBound.scored).toBeLessThan(all / 4);
   });
 
+  it('reads the positions of a common phrase only where the document can still make the page', () => {
+    // Every document holds the phrase "a b" once in a long field; one in 97 holds the rare word c.
+    const maxDoc = 20_000;
+    const lengths = new Int32Array(maxDoc).fill(40);
+    const everyDoc = (position: number) => {
+      const postings = new Int32Array(2 * maxDoc);
+      for (let d = 0; d < maxDoc; d++) postings.set([d, 1], 2 * d);
+      return { postings, length: postings.length, positions: new Int32Array(maxDoc).fill(position), bounds: blockBounds(postings, postings.length, lengths) };
+    };
+    const phrase: UnionClause = { kind: 'phrase', terms: [everyDoc(3), everyDoc(4)], offsets: Int32Array.of(0, 1), lead: 0, boost: 1, idf: 0.2, avgdl: 40, lengths };
+    const c: number[] = [];
+    for (let d = 0; d < maxDoc; d += 97) c.push(d, 1);
+    const rare = Int32Array.from(c);
+    const short = new Int32Array(maxDoc).fill(5);
+    const word: UnionClause = { postings: rare, length: rare.length, bounds: blockBounds(rare, rare.length, short), boost: 1, idf: 5, avgdl: 5, lengths: short };
+    const ids = Array.from({ length: maxDoc }, (_, d) => `d${d}`);
+    const live = new Uint8Array(maxDoc).fill(1);
+    const want = reference({ maxDoc, terms: [phrase, word], live, mask: null, ids });
+    const counted = topOfUnion([phrase, word], live, null, maxDoc, 10, Infinity, (d) => ids[d]!, new Accumulator(maxDoc));
+    const bounded = topOfUnion([phrase, word], live, null, maxDoc, 10, 1000, (d) => ids[d]!, new Accumulator(maxDoc));
+    for (const got of [counted, bounded]) {
+      expect(Array.from(got.docs)).toEqual(want.ranked.slice(0, 10).map((h) => h.doc));
+      expect(Array.from(got.scores)).toEqual(want.ranked.slice(0, 10).map((h) => h.score));
+    }
+    expect(counted).toMatchObject({ total: maxDoc, exact: true });
+    // Counting every match reads every document's positions; past 1,000 only the rare word's are.
+    expect(counted.scored).toBeGreaterThanOrEqual(maxDoc);
+    expect(bounded.exact).toBe(false);
+    expect(bounded.scored).toBeLessThan(maxDoc / 3);
+  });
+
   it('keeps per-block bounds of the greatest tf and the shortest field', () => {
     const postings = Int32Array.from({ length: 2 * (BLOCK + 3) }, (_, i) => (i % 2 === 0 ? i / 2 : i === 2 * 5 + 1 ? 4 : 1));
     const lengths = Int32Array.from({ length: BLOCK + 3 }, (_, d) => (d === BLOCK + 1 ? 2 : 9));
     const b = blockBounds(postings, postings.length, lengths);
     expect(Array.from(b.maxTf)).toEqual([4, 1]);
     expect(Array.from(b.minLength)).toEqual([9, 2]);
+    // Where each block's positions start: the tfs before it (63 of 1 and one of 4).
+    expect(Array.from(b.posStart)).toEqual([0, 67]);
   });
 });
 
@@ -182,7 +262,7 @@ describe('trackTotalHits', () => {
   });
 
   it('is exact for queries that are not a union of terms, or not sorted by score alone', () => {
-    for (const req of [{ q: '"river stone"' }, { q: 'river AND stone' }, { q: 'river', sort: 'id asc' }]) {
+    for (const req of [{ q: 'river -hill' }, { q: 'river AND stone' }, { q: 'river', sort: 'id asc' }, { q: 'stone*' }]) {
       const r = index.search({ ...req, trackTotalHits: 1 });
       expect(r.totalRelation).toBeUndefined();
       expect(r.total).toBe(index.search(req).total);

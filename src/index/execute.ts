@@ -11,7 +11,7 @@
 import { ShardexError } from '../errors.js';
 import type { InvertedField } from './inverted-field.js';
 import type { NumericField } from './numeric-field.js';
-import type { BoolQuery, NumberRangeQuery, KeywordRangeQuery, Query, TermQuery } from './query.js';
+import type { BoolQuery, NumberRangeQuery, KeywordRangeQuery, PhraseQuery, Query, TermQuery } from './query.js';
 import { NO_MATCHES, type Accumulator, type AccumulatorPool, type Matches } from './matches.js';
 import { bm25, bm25Idf, type StatsLookup } from './stats.js';
 import {
@@ -29,7 +29,7 @@ import {
   type DocCursor,
 } from './cursors.js';
 import type { CachedFilter, FilterCache } from './filter-cache.js';
-import { topOfUnion, type TopUnion, type UnionTerm } from './top-union.js';
+import { phraseFreq, topOfUnion, type TopUnion, type UnionClause } from './top-union.js';
 
 /** What the executor reads of an index. */
 export interface IndexView {
@@ -102,31 +102,41 @@ export class QueryExecutor {
 
   /**
    * The best `k` matches of `q` by score (ties by id) and their total, counted exactly up to
-   * `countUpTo`, when `q` is a union of terms: only what can make the page is scored
+   * `countUpTo`, when `q` is a union of terms and phrases: only what can make the page is scored
    * (top-union.ts). Null for any other query, which matches() serves.
    */
   topByScore(q: Query, filters: readonly Query[], k: number, countUpTo: number, idOf: (doc: number) => string): TopUnion | null {
-    const clauses = unionOfTerms(q);
-    if (clauses === null) return null;
+    const union = unionOfTermsAndPhrases(q);
+    // Counted exactly, phrases read every match's positions anyway: matches() does that faster.
+    if (union === null || (countUpTo === Infinity && union.every((c) => c.kind === 'phrase'))) return null;
     const mask = filters.length === 0 ? null : this.filterMask(filters);
     if (filters.length > 0 && mask === null) return { total: 0, exact: true, docs: new Int32Array(0), scores: new Float64Array(0), scored: 0 };
-    const terms: UnionTerm[] = [];
-    for (const c of clauses) {
+    const clauses: UnionClause[] = [];
+    for (const c of union) {
       const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
       for (const f of fields) {
         if (f === undefined) continue;
-        const id = f.termId(c.term);
-        if (id < 0 || f.docFreq[id] === 0) continue;
         const boost = c.boost * this.fieldBoost(f.key);
         // Bounds hold for scores that grow with tf: a negative boost (never parsed) is left to matches().
         if (!(boost >= 0)) return null;
         const { docCount, avgdl } = this.fieldStats(f);
-        terms.push({ postings: f.postingsOf(id), length: f.postingsLength[id], bounds: f.blockBoundsOf(id), boost, idf: bm25Idf(docCount, this.docFreq(f, c.term, id)), avgdl, lengths: f.lengths });
+        if (c.kind === 'term') {
+          const id = f.termId(c.term);
+          if (id < 0 || f.docFreq[id] === 0) continue;
+          clauses.push({ postings: f.postingsOf(id), length: f.postingsLength[id], bounds: f.blockBoundsOf(id), boost, idf: bm25Idf(docCount, this.docFreq(f, c.term, id)), avgdl, lengths: f.lengths });
+          continue;
+        }
+        // A phrase on a field without positions is left to matches().
+        if (!f.withPositions) return null;
+        const ids = c.terms.map((t) => f.termId(t));
+        if (ids.some((id) => id < 0 || f.docFreq[id] === 0)) continue;
+        const terms = ids.map((id) => ({ postings: f.postingsOf(id), length: f.postingsLength[id], positions: f.positionsOf(id), bounds: f.blockBoundsOf(id) }));
+        clauses.push({ kind: 'phrase', terms, offsets: Int32Array.from(c.positions), lead: rarest(f, ids), boost, idf: this.phraseIdf(f, c.terms, ids), avgdl, lengths: f.lengths });
       }
     }
     const acc = this.ix.accumulators.acquire(this.ix.maxDoc);
     try {
-      return topOfUnion(terms, this.ix.live, mask, this.ix.maxDoc, k, countUpTo, idOf, acc);
+      return topOfUnion(clauses, this.ix.live, mask, this.ix.maxDoc, k, countUpTo, idOf, acc);
     } finally {
       this.ix.accumulators.release(acc);
     }
@@ -329,6 +339,14 @@ export class QueryExecutor {
     acc.count = count;
   }
 
+  /** Lucene's PhraseWeight: the idf of a phrase is the sum of its terms' idfs. */
+  private phraseIdf(f: InvertedField, terms: readonly string[], ids: ArrayLike<number>): number {
+    const { docCount } = this.fieldStats(f);
+    let idf = 0;
+    for (let j = 0; j < terms.length; j++) idf += bm25Idf(docCount, this.docFreq(f, terms[j], ids[j]));
+    return idf;
+  }
+
   /** N and avgdl of a field: the collection's when global statistics are given. */
   private fieldStats(f: InvertedField): { docCount: number; avgdl: number } {
     const g = this.stats?.field(f.key);
@@ -344,12 +362,11 @@ export class QueryExecutor {
   private phrase(f: InvertedField, terms: readonly string[], offsets: readonly number[], boost: number, scoring: boolean): Matches {
     const m = terms.length;
     const ids = new Int32Array(m);
-    let lead = 0;
     for (let j = 0; j < m; j++) {
       ids[j] = f.termId(terms[j]);
       if (ids[j] < 0 || f.docFreq[ids[j]] === 0) return NO_MATCHES;
-      if (f.docFreq[ids[j]] < f.docFreq[ids[lead]]) lead = j;
     }
+    const lead = rarest(f, ids);
     const live = this.ix.live;
     const ps: Int32Array[] = [];
     const pps: Int32Array[] = [];
@@ -388,25 +405,8 @@ export class QueryExecutor {
         if (a >= len) break outer;
         if (p[a] !== d) continue outer;
         posEnd[j] = pa + p[a + 1];
-        ptr[j] = pa;
       }
-      // Count the first term's positions where every other term sits at its offset.
-      const p0 = pps[0];
-      let freq = 0;
-      scan: for (let q = posAt[0]; q < posEnd[0]; q++) {
-        const base = p0[q] - offs[0];
-        for (let j = 1; j < m; j++) {
-          const pj = pps[j];
-          const end = posEnd[j];
-          const target = base + offs[j];
-          let r = ptr[j];
-          while (r < end && pj[r] < target) r++;
-          ptr[j] = r;
-          if (r >= end) break scan;
-          if (pj[r] !== target) continue scan;
-        }
-        freq++;
-      }
+      const freq = phraseFreq(pps, posAt, posEnd, offs, ptr);
       if (freq > 0) {
         docs[k] = d;
         freqs[k] = freq;
@@ -414,10 +414,8 @@ export class QueryExecutor {
       }
     }
     if (!scoring) return { docs, scores: null, size: k };
-    const { docCount, avgdl } = this.fieldStats(f);
-    // Lucene's PhraseWeight: the idf of a phrase is the sum of its terms' idfs.
-    let idf = 0;
-    for (let j = 0; j < m; j++) idf += bm25Idf(docCount, this.docFreq(f, terms[j], ids[j]));
+    const { avgdl } = this.fieldStats(f);
+    const idf = this.phraseIdf(f, terms, ids);
     const scores = new Float64Array(k);
     const lengths = f.lengths;
     for (let i = 0; i < k; i++) scores[i] = boost * bm25(freqs[i], lengths[docs[i]], avgdl, idf);
@@ -523,6 +521,20 @@ export class QueryExecutor {
     for (let d = 0; d < marks.length; d++) if ((marks[d] & live[d]) === 1) docs[k++] = d;
     return constant(docs, k, boost, scoring);
   }
+}
+
+/** The clauses of `q` when it is a union of terms and phrases and nothing else, or null. */
+function unionOfTermsAndPhrases(q: Query): readonly (TermQuery | PhraseQuery)[] | null {
+  if (q.kind === 'term' || q.kind === 'phrase') return [q];
+  if (q.kind !== 'bool' || q.must.length > 0 || q.mustNot.length > 0 || q.boost !== 1 || q.should.length === 0) return null;
+  return q.should.every((c): c is TermQuery | PhraseQuery => c.kind === 'term' || c.kind === 'phrase') ? (q.should as readonly (TermQuery | PhraseQuery)[]) : null;
+}
+
+/** The index in `ids` of the term with the fewest documents (the first of equals): a phrase's lead. */
+function rarest(f: InvertedField, ids: ArrayLike<number>): number {
+  let lead = 0;
+  for (let j = 1; j < ids.length; j++) if (f.docFreq[ids[j]] < f.docFreq[ids[lead]]) lead = j;
+  return lead;
 }
 
 /** The term clauses of `q` when it is a union of terms and nothing else, or null. */

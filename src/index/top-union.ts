@@ -28,10 +28,12 @@ export const WINDOW = 4096;
 /** Bounds are compared with this much room for the rounding of sums taken in another order. */
 const MARGIN = 1 + 1e-9;
 
-/** Per block of BLOCK postings: the greatest tf and the shortest field length (whatever the statistics). */
+/** Per block of BLOCK postings: the greatest tf and the shortest field length (whatever the statistics), and where its positions start. */
 export interface BlockBounds {
   readonly maxTf: Int32Array;
   readonly minLength: Int32Array;
+  /** Index of the block's first position (the sum of the tfs before it): skip data for phrases. */
+  readonly posStart: Int32Array;
 }
 
 /** The bounds of postings `p` ([doc, tf, ...], `length` ints) over the field lengths `lengths`. */
@@ -40,11 +42,15 @@ export function blockBounds(p: Int32Array, length: number, lengths: Int32Array):
   const blocks = Math.ceil(n / BLOCK);
   const maxTf = new Int32Array(blocks);
   const minLength = new Int32Array(blocks);
+  const posStart = new Int32Array(blocks);
+  let positions = 0;
   for (let b = 0; b < blocks; b++) {
     let tf = 0;
     let len = 0x7fffffff;
+    posStart[b] = positions;
     const end = Math.min(n, (b + 1) * BLOCK) * 2;
     for (let i = b * BLOCK * 2; i < end; i += 2) {
+      positions += p[i + 1];
       if (p[i + 1] > tf) tf = p[i + 1];
       const l = lengths[p[i]];
       if (l < len) len = l;
@@ -52,11 +58,12 @@ export function blockBounds(p: Int32Array, length: number, lengths: Int32Array):
     maxTf[b] = tf;
     minLength[b] = len;
   }
-  return { maxTf, minLength };
+  return { maxTf, minLength, posStart };
 }
 
 /** One term of the union on one field, with what BM25 scores it with. */
 export interface UnionTerm {
+  readonly kind?: 'term';
   readonly postings: Int32Array;
   /** Ints of `postings` in use. */
   readonly length: number;
@@ -67,6 +74,31 @@ export interface UnionTerm {
   readonly lengths: Int32Array;
 }
 
+/** One term of a phrase: its postings, their positions and bounds. */
+export interface PhraseTerm {
+  readonly postings: Int32Array;
+  readonly length: number;
+  readonly positions: Int32Array;
+  readonly bounds: BlockBounds;
+}
+
+/** An exact phrase on one field: its tf in a document is how often every term sits at its offset. */
+export interface UnionPhrase {
+  readonly kind: 'phrase';
+  readonly terms: readonly PhraseTerm[];
+  /** Each term's position in the phrase. */
+  readonly offsets: Int32Array;
+  /** The term read first (the rarest). */
+  readonly lead: number;
+  readonly boost: number;
+  /** The sum of the terms' idfs (Lucene's PhraseWeight). */
+  readonly idf: number;
+  readonly avgdl: number;
+  readonly lengths: Int32Array;
+}
+
+export type UnionClause = UnionTerm | UnionPhrase;
+
 export interface TopUnion {
   /** Documents of the union (live, in the mask); a lower bound when `exact` is false. */
   readonly total: number;
@@ -74,18 +106,18 @@ export interface TopUnion {
   /** The best k documents, best first (score descending, then id ascending), with their scores. */
   readonly docs: Int32Array;
   readonly scores: Float64Array;
-  /** Postings scored (of essential terms), beside the full scoring of candidates: what was not skipped. */
+  /** Postings scored (of essential terms) and documents whose phrase positions were read, beside the full scoring of candidates: what was not skipped. */
   readonly scored: number;
 }
 
 /**
- * The best `k` documents of the union of `terms` (listed in the order their scores are summed)
- * among the live ones (and those set in `mask`), and how many match, counted exactly up to
- * `countUpTo` (Infinity: exactly). `acc` is scratch of at least `maxDoc` documents, left empty.
- * `window`: documents per window (tests make it small).
+ * The best `k` documents of the union of `clauses` (terms and phrases, listed in the order their
+ * scores are summed) among the live ones (and those set in `mask`), and how many match, counted
+ * exactly up to `countUpTo` (Infinity: exactly). `acc` is scratch of at least `maxDoc` documents,
+ * left empty. `window`: documents per window (tests make it small).
  */
 export function topOfUnion(
-  terms: readonly UnionTerm[],
+  clauses: readonly UnionClause[],
   live: Uint8Array,
   mask: Uint32Array | null,
   maxDoc: number,
@@ -95,15 +127,17 @@ export function topOfUnion(
   acc: Accumulator,
   window = WINDOW,
 ): TopUnion {
-  const n = terms.length;
+  const n = clauses.length;
   const top = new TopK(k, idOf);
-  // Per term: each block's best score, the read position (ints), and its window bound.
-  const blockMax = terms.map(blockScores);
+  const room = Math.min(window, maxDoc);
+  // Per term: each block's best score and its read position (ints); per phrase, its reader.
+  const blockMax = clauses.map((c) => (c.kind === 'phrase' ? null : blockScores(c)));
+  const phrases = clauses.map((c) => (c.kind === 'phrase' ? new PhraseReader(c, room) : null));
   const at = new Int32Array(n);
   const windowStart = new Int32Array(n);
   const cursor = new Int32Array(n);
-  /** The window's documents an essential term matched. */
-  const candidates = new Int32Array(Math.min(window, maxDoc));
+  /** The window's documents an essential clause matched. */
+  const candidates = new Int32Array(room);
   const bound = new Float64Array(n);
   const order = Array.from({ length: n }, (_, i) => i);
   const essential = new Uint8Array(n);
@@ -117,13 +151,24 @@ export function topOfUnion(
   for (let lo = 0; lo < maxDoc; lo += window) {
     const hi = Math.min(maxDoc, lo + window);
     let any = false;
+    let bounds = 0;
     for (let i = 0; i < n; i++) {
-      windowStart[i] = at[i];
-      bound[i] = windowBound(terms[i], blockMax[i], at[i], hi);
-      if (bound[i] > 0 || (at[i] < terms[i].length && terms[i].postings[at[i]] < hi)) any = true;
+      const c = clauses[i];
+      const ph = phrases[i];
+      if (ph !== null) {
+        ph.moveTo(lo);
+        bound[i] = ph.windowBound(hi);
+        if (ph.hasBefore(hi)) any = true;
+      } else {
+        const t = c as UnionTerm;
+        windowStart[i] = at[i];
+        bound[i] = windowBound(t, blockMax[i]!, at[i], hi);
+        if (at[i] < t.length && t.postings[at[i]] < hi) any = true;
+      }
+      bounds += bound[i];
     }
     if (!any) continue;
-    // The non-essential terms: the smallest bounds, as many as sum below the threshold.
+    // The non-essential clauses: the smallest bounds, as many as sum below the threshold.
     const threshold = top.threshold();
     order.sort((a, b) => bound[a] - bound[b]);
     let rest = 0;
@@ -132,16 +177,51 @@ export function topOfUnion(
     essential.fill(1);
     for (let j = 0; j < split; j++) essential[order[j]] = 0;
     if (split === n && !counting) {
-      for (let i = 0; i < n; i++) at[i] = seek(terms[i], at[i], hi);
+      for (let i = 0; i < n; i++) {
+        const ph = phrases[i];
+        if (ph !== null) ph.skipTo(hi);
+        else at[i] = seek(clauses[i] as UnionTerm, at[i], hi);
+      }
       continue;
     }
 
-    // Essential terms are scored in the clauses' order, so that with none left out a partial
+    // Essential clauses are scored in the clauses' order, so that with none left out a partial
     // score is the score (mark 1, a candidate); the others are only counted (mark 2) while counting.
     let count = 0;
     let found = 0;
     for (let i = 0; i < n; i++) {
-      const t = terms[i];
+      const ph = phrases[i];
+      if (ph !== null) {
+        if (essential[i] === 0 && !counting) {
+          ph.skipTo(hi);
+          continue;
+        }
+        // A phrase match costs a look at positions: while the total is not counted, every one is
+        // needed; past it, only those whose bound (with the other clauses') can reach the page.
+        const matched = ph.matches(hi, live, mask, counting ? -Infinity : threshold, bounds - bound[i]);
+        if (essential[i] === 1) {
+          for (let m = 0; m < matched; m++) {
+            const d = ph.docs[m];
+            const s = ph.scores[m];
+            if (marks[d] === 1) sums[d] += s;
+            else {
+              if (marks[d] === 0) touched[count++] = d;
+              marks[d] = 1;
+              sums[d] = s;
+              candidates[found++] = d;
+            }
+          }
+        } else {
+          for (let m = 0; m < matched; m++) {
+            const d = ph.docs[m];
+            if (marks[d] !== 0) continue;
+            marks[d] = 2;
+            touched[count++] = d;
+          }
+        }
+        continue;
+      }
+      const t = clauses[i] as UnionTerm;
       const p = t.postings;
       const end = t.length;
       let j = at[i];
@@ -181,21 +261,23 @@ export function topOfUnion(
     }
 
     if (split === 0) {
-      // Every term was scored: the sums are the scores.
+      // Every clause was scored: the sums are the scores.
       for (let c = 0; c < found; c++) top.offer(candidates[c], sums[candidates[c]]);
     } else {
-      // Candidates in document order, so that the full scores read each term's postings in the
-      // window once, from windowStart on.
+      // Candidates in document order, so that the full scores read each clause's postings in the
+      // window once, from the window's start on.
       cursor.set(windowStart);
+      for (const ph of phrases) ph?.rewind();
       const list = candidates.subarray(0, found).sort();
       for (let c = 0; c < found; c++) {
         const d = list[c];
-        if ((sums[d] + rest) * MARGIN >= top.threshold()) top.offer(d, fullScore(terms, cursor, at, d));
+        if ((sums[d] + rest) * MARGIN >= top.threshold()) top.offer(d, fullScore(clauses, phrases, cursor, at, d));
       }
     }
     for (let c = 0; c < count; c++) marks[touched[c]] = 0;
   }
   const exact = counting || total < countUpTo;
+  for (const ph of phrases) scored += ph?.read ?? 0;
   const { docs, scores } = top.sorted();
   return { total, exact, docs, scores, scored };
 }
@@ -221,7 +303,7 @@ function windowBound(t: UnionTerm, blockMax: Float64Array, from: number, hi: num
 }
 
 /** The first int index from `from` whose document is at least `target` (t.length if none). */
-function seek(t: UnionTerm, from: number, target: number): number {
+function seek(t: { readonly postings: Int32Array; readonly length: number }, from: number, target: number): number {
   const p = t.postings;
   let lo = from;
   let hi = t.length;
@@ -236,14 +318,20 @@ function seek(t: UnionTerm, from: number, target: number): number {
 }
 
 /**
- * Document `d`'s score, summed term by term in the clauses' order. `cursor[i]` is where term i's
+ * Document `d`'s score, summed clause by clause in their order. `cursor[i]` is where term i's
  * postings of the window are read from (moved up to `d`; documents come in increasing order),
- * `end[i]` where they end.
+ * `end[i]` where they end; a phrase reads with its own cursor.
  */
-function fullScore(terms: readonly UnionTerm[], cursor: Int32Array, end: Int32Array, d: number): number {
+function fullScore(clauses: readonly UnionClause[], phrases: readonly (PhraseReader | null)[], cursor: Int32Array, end: Int32Array, d: number): number {
   let score = 0;
-  for (let i = 0; i < terms.length; i++) {
-    const t = terms[i];
+  for (let i = 0; i < clauses.length; i++) {
+    const ph = phrases[i];
+    if (ph !== null) {
+      const s = ph.scoreAt(d);
+      if (s >= 0) score += s;
+      continue;
+    }
+    const t = clauses[i] as UnionTerm;
     const p = t.postings;
     const e = end[i];
     let j = cursor[i];
@@ -252,6 +340,236 @@ function fullScore(terms: readonly UnionTerm[], cursor: Int32Array, end: Int32Ar
     if (j < e && p[j] === d) score += t.boost * bm25(p[j + 1], t.lengths[d], t.avgdl, t.idf);
   }
   return score;
+}
+
+/**
+ * How often the phrase's terms sit at their offsets in one document: `from[j]`..`to[j]` are term
+ * j's positions there (in `positions[j]`), `ptr` scratch. Counted over the first term's positions.
+ */
+export function phraseFreq(positions: readonly Int32Array[], from: Int32Array, to: Int32Array, offsets: Int32Array, ptr: Int32Array): number {
+  const m = positions.length;
+  for (let j = 1; j < m; j++) ptr[j] = from[j];
+  const p0 = positions[0];
+  let freq = 0;
+  scan: for (let q = from[0]; q < to[0]; q++) {
+    const base = p0[q] - offsets[0];
+    for (let j = 1; j < m; j++) {
+      const pj = positions[j];
+      const end = to[j];
+      const target = base + offsets[j];
+      let r = ptr[j];
+      while (r < end && pj[r] < target) r++;
+      ptr[j] = r;
+      if (r >= end) break scan;
+      if (pj[r] !== target) continue scan;
+    }
+    freq++;
+  }
+  return freq;
+}
+
+/**
+ * Reads one phrase clause window by window: each term's position in its postings (`at`, ints)
+ * and in its positions (`pos`), moved forward with the blocks' skip data; a second cursor from
+ * the window's start scores candidates.
+ */
+class PhraseReader {
+  private readonly m: number;
+  private readonly at: Int32Array;
+  private readonly pos: Int32Array;
+  private readonly startAt: Int32Array;
+  private readonly startPos: Int32Array;
+  private readonly curAt: Int32Array;
+  private readonly curPos: Int32Array;
+  private readonly from: Int32Array;
+  private readonly to: Int32Array;
+  private readonly ptr: Int32Array;
+  private readonly positions: Int32Array[];
+  /** Documents whose positions matches() read. */
+  read = 0;
+  /** The matches of the last matches() call, with their scores. */
+  readonly docs: Int32Array;
+  readonly scores: Float64Array;
+
+  constructor(
+    private readonly c: UnionPhrase,
+    room: number,
+  ) {
+    const m = (this.m = c.terms.length);
+    this.at = new Int32Array(m);
+    this.pos = new Int32Array(m);
+    this.startAt = new Int32Array(m);
+    this.startPos = new Int32Array(m);
+    this.curAt = new Int32Array(m);
+    this.curPos = new Int32Array(m);
+    this.from = new Int32Array(m);
+    this.to = new Int32Array(m);
+    this.ptr = new Int32Array(m);
+    this.positions = c.terms.map((t) => t.positions);
+    this.docs = new Int32Array(room);
+    this.scores = new Float64Array(room);
+  }
+
+  /** Every term to its first posting at or after `lo`; remembered as the window's start. */
+  moveTo(lo: number): void {
+    for (let j = 0; j < this.m; j++) advance(this.c.terms[j], this.at, this.pos, j, lo);
+    this.startAt.set(this.at);
+    this.startPos.set(this.pos);
+  }
+
+  /** Whether the lead term has a posting below `hi` (from where it is). */
+  hasBefore(hi: number): boolean {
+    const t = this.c.terms[this.c.lead];
+    const a = this.at[this.c.lead];
+    return a < t.length && t.postings[a] < hi;
+  }
+
+  skipTo(hi: number): void {
+    advance(this.c.terms[this.c.lead], this.at, this.pos, this.c.lead, hi);
+  }
+
+  /**
+   * The best score a document below `hi` can get: its tf is at most every term's, its field at
+   * least as long as the shortest holding all of them (0 when a term has no posting there).
+   */
+  windowBound(hi: number): number {
+    let tf = 0x7fffffff;
+    let length = 0;
+    for (let j = 0; j < this.m; j++) {
+      const t = this.c.terms[j];
+      const { maxTf, minLength } = t.bounds;
+      let best = 0;
+      let shortest = 0x7fffffff;
+      for (let b = Math.floor(this.at[j] / (2 * BLOCK)); b < maxTf.length; b++) {
+        const first = b * BLOCK * 2;
+        if (first >= t.length || t.postings[first] >= hi) break;
+        if (maxTf[b] > best) best = maxTf[b];
+        if (minLength[b] < shortest) shortest = minLength[b];
+      }
+      if (best === 0) return 0;
+      if (best < tf) tf = best;
+      if (shortest > length) length = shortest;
+    }
+    const c = this.c;
+    return c.boost * bm25(tf, length, c.avgdl, c.idf);
+  }
+
+  /**
+   * The phrase's matches below `hi`, in docs/scores; returns how many. With a finite `threshold`,
+   * a document whose bound plus `others` (the other clauses' bounds) cannot reach it is left out
+   * without reading its positions.
+   */
+  matches(hi: number, live: Uint8Array, mask: Uint32Array | null, threshold: number, others: number): number {
+    const { terms, lead, boost, idf, avgdl, lengths, offsets } = this.c;
+    const lt = terms[lead];
+    const lp = lt.postings;
+    const m = this.m;
+    let a = this.at[lead];
+    let ps = this.pos[lead];
+    let n = 0;
+    for (; a < lt.length; ps += lp[a + 1], a += 2) {
+      const d = lp[a];
+      if (d >= hi) break;
+      if (live[d] !== 1 || (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
+      let tf = lp[a + 1];
+      let all = true;
+      for (let j = 0; j < m; j++) {
+        if (j === lead) continue;
+        const t = terms[j];
+        const p = t.postings;
+        let aj = this.at[j];
+        if (aj < t.length && p[aj] < d) {
+          // Near: step posting by posting here; farther than a block: through the skip data.
+          if (aj + 2 * BLOCK < t.length && p[aj + 2 * BLOCK] < d) {
+            advance(t, this.at, this.pos, j, d);
+            aj = this.at[j];
+          } else {
+            let pj = this.pos[j];
+            while (aj < t.length && p[aj] < d) {
+              pj += p[aj + 1];
+              aj += 2;
+            }
+            this.at[j] = aj;
+            this.pos[j] = pj;
+          }
+        }
+        if (aj >= t.length || p[aj] !== d) {
+          all = false;
+          break;
+        }
+        if (p[aj + 1] < tf) tf = p[aj + 1];
+      }
+      if (!all) continue;
+      if (threshold !== -Infinity && (boost * bm25(tf, lengths[d], avgdl, idf) + others) * MARGIN < threshold) continue;
+      for (let j = 0; j < m; j++) {
+        const from = j === lead ? ps : this.pos[j];
+        this.from[j] = from;
+        this.to[j] = from + (j === lead ? lp[a + 1] : terms[j].postings[this.at[j] + 1]);
+      }
+      this.read++;
+      const freq = phraseFreq(this.positions, this.from, this.to, offsets, this.ptr);
+      if (freq === 0) continue;
+      this.docs[n] = d;
+      this.scores[n++] = boost * bm25(freq, lengths[d], avgdl, idf);
+    }
+    this.at[lead] = a;
+    this.pos[lead] = ps;
+    return n;
+  }
+
+  /** Back to the window's start for scoreAt(). */
+  rewind(): void {
+    this.curAt.set(this.startAt);
+    this.curPos.set(this.startPos);
+  }
+
+  /** The phrase's score in document `d` (documents in increasing order after rewind()), or -1 if it does not match. */
+  scoreAt(d: number): number {
+    const { terms, boost, idf, avgdl, lengths, offsets } = this.c;
+    for (let j = 0; j < this.m; j++) {
+      const t = terms[j];
+      advance(t, this.curAt, this.curPos, j, d);
+      const aj = this.curAt[j];
+      if (aj >= t.length || t.postings[aj] !== d) return -1;
+      this.from[j] = this.curPos[j];
+      this.to[j] = this.curPos[j] + t.postings[aj + 1];
+    }
+    const freq = phraseFreq(this.positions, this.from, this.to, offsets, this.ptr);
+    return freq === 0 ? -1 : boost * bm25(freq, lengths[d], avgdl, idf);
+  }
+}
+
+/**
+ * Moves term `t`'s cursor (`at[j]` in its postings, `pos[j]` in its positions) to its first
+ * posting at or after `target`: whole blocks at once through their skip data, then posting by
+ * posting, adding up the positions stepped over.
+ */
+function advance(t: PhraseTerm, at: Int32Array, pos: Int32Array, j: number, target: number): void {
+  const p = t.postings;
+  let a = at[j];
+  if (a >= t.length || p[a] >= target) return;
+  let ps = pos[j];
+  const starts = t.bounds.posStart;
+  const blocks = starts.length;
+  const b = Math.floor(a / (2 * BLOCK));
+  if (b + 1 < blocks && p[(b + 1) * 2 * BLOCK] <= target) {
+    // The last block starting at or before the target.
+    let lo = b + 1;
+    let hi = blocks - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (p[mid * 2 * BLOCK] <= target) lo = mid;
+      else hi = mid - 1;
+    }
+    a = lo * 2 * BLOCK;
+    ps = starts[lo];
+  }
+  while (a < t.length && p[a] < target) {
+    ps += p[a + 1];
+    a += 2;
+  }
+  at[j] = a;
+  pos[j] = ps;
 }
 
 /** The best k (document, score) pairs seen: a bounded heap with the worst at its root. */
