@@ -136,14 +136,11 @@ export function topOfUnion(
   const at = new Int32Array(n);
   const windowStart = new Int32Array(n);
   const cursor = new Int32Array(n);
-  /** The window's documents an essential clause matched. */
-  const candidates = new Int32Array(room);
+  const win = new WindowSums(acc, room);
+  const marks = acc.marks;
   const bound = new Float64Array(n);
   const order = Array.from({ length: n }, (_, i) => i);
   const essential = new Uint8Array(n);
-  const marks = acc.marks;
-  const sums = acc.scores;
-  const touched = acc.touched;
   let total = 0;
   let scored = 0;
   let counting = countUpTo > 0;
@@ -186,9 +183,8 @@ export function topOfUnion(
     }
 
     // Essential clauses are scored in the clauses' order, so that with none left out a partial
-    // score is the score (mark 1, a candidate); the others are only counted (mark 2) while counting.
-    let count = 0;
-    let found = 0;
+    // score is the score; the others are only counted while counting.
+    win.clear();
     for (let i = 0; i < n; i++) {
       const ph = phrases[i];
       if (ph !== null) {
@@ -199,26 +195,8 @@ export function topOfUnion(
         // A phrase match costs a look at positions: while the total is not counted, every one is
         // needed; past it, only those whose bound (with the other clauses') can reach the page.
         const matched = ph.matches(hi, live, mask, counting ? -Infinity : threshold, bounds - bound[i]);
-        if (essential[i] === 1) {
-          for (let m = 0; m < matched; m++) {
-            const d = ph.docs[m];
-            const s = ph.scores[m];
-            if (marks[d] === 1) sums[d] += s;
-            else {
-              if (marks[d] === 0) touched[count++] = d;
-              marks[d] = 1;
-              sums[d] = s;
-              candidates[found++] = d;
-            }
-          }
-        } else {
-          for (let m = 0; m < matched; m++) {
-            const d = ph.docs[m];
-            if (marks[d] !== 0) continue;
-            marks[d] = 2;
-            touched[count++] = d;
-          }
-        }
+        if (essential[i] === 1) for (let m = 0; m < matched; m++) win.add(ph.docs[m], ph.scores[m]);
+        else for (let m = 0; m < matched; m++) win.count(ph.docs[m]);
         continue;
       }
       const t = clauses[i] as UnionTerm;
@@ -232,14 +210,7 @@ export function topOfUnion(
           const d = p[j];
           if (d >= hi) break;
           if (live[d] !== 1 || (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
-          const s = boost * bm25(p[j + 1], lengths[d], avgdl, idf);
-          if (marks[d] === 1) sums[d] += s;
-          else {
-            if (marks[d] === 0) touched[count++] = d;
-            marks[d] = 1;
-            sums[d] = s;
-            candidates[found++] = d;
-          }
+          win.add(d, boost * bm25(p[j + 1], lengths[d], avgdl, idf));
         }
         scored += (j - first) >> 1;
       } else if (counting) {
@@ -247,16 +218,18 @@ export function topOfUnion(
           const d = p[j];
           if (d >= hi) break;
           if (marks[d] !== 0 || live[d] !== 1 || (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
-          marks[d] = 2;
-          touched[count++] = d;
+          win.count(d);
         }
       } else {
         j = seek(t, j, hi);
       }
       at[i] = j;
     }
+    const found = win.found;
+    const candidates = win.candidates;
+    const sums = win.sums;
     if (counting) {
-      total += count;
+      total += win.touched;
       if (total >= countUpTo) counting = false;
     }
 
@@ -274,12 +247,63 @@ export function topOfUnion(
         if ((sums[d] + rest) * MARGIN >= top.threshold()) top.offer(d, fullScore(clauses, phrases, cursor, at, d));
       }
     }
-    for (let c = 0; c < count; c++) marks[touched[c]] = 0;
+    win.reset();
   }
   const exact = counting || total < countUpTo;
   for (const ph of phrases) scored += ph?.read ?? 0;
   const { docs, scores } = top.sorted();
   return { total, exact, docs, scores, scored };
+}
+
+/**
+ * One window's matches in the accumulator's arrays: a document an essential clause scored is
+ * marked 1 and summed (a candidate); one only counted is marked 2.
+ */
+class WindowSums {
+  readonly marks: Uint8Array;
+  readonly sums: Float64Array;
+  private readonly list: Int32Array;
+  /** The documents scored, in the order first scored. */
+  readonly candidates: Int32Array;
+  /** Documents marked (scored or counted). */
+  touched = 0;
+  found = 0;
+
+  constructor(acc: Accumulator, room: number) {
+    this.marks = acc.marks;
+    this.sums = acc.scores;
+    this.list = acc.touched;
+    this.candidates = new Int32Array(room);
+  }
+
+  clear(): void {
+    this.touched = 0;
+    this.found = 0;
+  }
+
+  add(d: number, s: number): void {
+    const mark = this.marks[d];
+    if (mark === 1) {
+      this.sums[d] += s;
+      return;
+    }
+    if (mark === 0) this.list[this.touched++] = d;
+    this.marks[d] = 1;
+    this.sums[d] = s;
+    this.candidates[this.found++] = d;
+  }
+
+  count(d: number): void {
+    if (this.marks[d] !== 0) return;
+    this.marks[d] = 2;
+    this.list[this.touched++] = d;
+  }
+
+  /** Unmarks every document of the window. */
+  reset(): void {
+    for (let c = 0; c < this.touched; c++) this.marks[this.list[c]] = 0;
+    this.touched = 0;
+  }
 }
 
 /** Each block's best score: BM25 of its greatest tf in its shortest field. */
