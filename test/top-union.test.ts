@@ -269,6 +269,54 @@ describe('trackTotalHits', () => {
     }
   });
 
+  it('a sort on a number reads, past the count, only documents that can still make the page', () => {
+    const byPrice = new ShardIndex(parseSchema({ title: 'text', price: 'number' }));
+    for (let i = 0; i < 20_000; i++) byPrice.add(`p${i}`, { title: 'lamp', price: (i * 7919) % 20_000 });
+    for (const sort of ['price desc', 'price asc', 'price desc,id asc']) {
+      const exact = byPrice.search({ q: 'lamp', sort, limit: 10 });
+      const bounded = byPrice.search({ q: 'lamp', sort, limit: 10, trackTotalHits: 100 });
+      expect(bounded.hits).toEqual(exact.hits);
+      expect(exact).toMatchObject({ total: 20_000 });
+      // Counted: the first 100, then only the documents priced as well as the 10th best so far.
+      expect(bounded.totalRelation).toBe('gte');
+      expect(bounded.total).toBeGreaterThanOrEqual(100);
+      expect(bounded.total).toBeLessThan(1_000);
+    }
+  });
+
+  it('a sort on a number gives the page of reading every match, whatever ties, gaps, deletes and filters', () => {
+    const arbDocs = fc.array(
+      fc.record({ w: fc.array(fc.constantFrom('a', 'b', 'c'), { minLength: 1, maxLength: 4 }), price: fc.option(fc.integer({ min: 0, max: 30 }), { freq: 8 }), cat: fc.constantFrom('x', 'y') }),
+      { minLength: 1, maxLength: 1500, size: 'max' },
+    );
+    fc.assert(
+      fc.property(
+        arbDocs,
+        fc.integer({ min: 0, max: 6 }),
+        fc.constantFrom('a', 'b', 'a OR c', 'a AND b', '"a b"', '*'),
+        fc.constantFrom('price desc', 'price asc', 'price desc,cat asc', 'price asc,id desc'),
+        fc.record({ offset: fc.integer({ min: 0, max: 3 }), limit: fc.integer({ min: 0, max: 12 }), track: fc.constantFrom(0, 1, 10, 100), filtered: fc.boolean() }),
+        (docs, deleteEvery, q, sort, { offset, limit, track, filtered }) => {
+          const ix = new ShardIndex(parseSchema({ w: 'text', price: 'number', cat: 'keyword' }));
+          docs.forEach((d, i) => ix.add(`d${i}`, { w: d.w.join(' '), cat: d.cat, ...(d.price !== null && { price: d.price }) }));
+          if (deleteEvery > 0) for (let i = 0; i < docs.length; i += deleteEvery + 1) ix.delete(`d${i}`);
+          const req = { q, sort, offset, limit, ...(filtered && { filters: ['cat:x'] }) };
+          const exact = ix.search(req);
+          const bounded = ix.search({ ...req, trackTotalHits: track });
+          expect(bounded.hits).toEqual(exact.hits);
+          if (bounded.totalRelation === 'gte') {
+            expect(bounded.total).toBeGreaterThanOrEqual(track);
+            expect(bounded.total).toBeLessThanOrEqual(exact.total);
+          } else {
+            expect(bounded.total).toBe(exact.total);
+          }
+        },
+      ),
+      // Shrinking arrays of a thousand documents takes minutes: report the first failure as found.
+      { numRuns: 150, endOnFailure: true },
+    );
+  });
+
   it('refuses what is not true, false or a non-negative integer, naming the parameter', () => {
     for (const bad of [-1, 1.5, 'all', null, Number.NaN]) {
       let err: unknown;

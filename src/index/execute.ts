@@ -88,16 +88,21 @@ export class QueryExecutor {
       const mask = this.filterMask(filters);
       return mask === null ? NO_MATCHES : this.termUnion(terms, scoring, mask);
     }
+    const c = this.filteredCursor(q, filters, scoring);
+    return c === EMPTY_CURSOR ? NO_MATCHES : drainCursor(c, this.ix.maxDoc, scoring);
+  }
+
+  /** A cursor over the matches of `q` among those of every filter (filters never add to scores). */
+  filteredCursor(q: Query, filters: readonly Query[], scoring: boolean): DocCursor {
     const main = this.cursor(q, scoring);
-    if (main === EMPTY_CURSOR) return NO_MATCHES;
-    if (filters.length === 0) return drainCursor(main, this.ix.maxDoc, scoring);
+    if (main === EMPTY_CURSOR || filters.length === 0) return main;
     const parts: DocCursor[] = [main];
     for (const f of filters) {
       const c = this.filterCursor(f);
-      if (c === EMPTY_CURSOR) return NO_MATCHES;
+      if (c === EMPTY_CURSOR) return EMPTY_CURSOR;
       parts.push(c);
     }
-    return drainCursor(new ConjunctionCursor(parts, 1), this.ix.maxDoc, scoring);
+    return new ConjunctionCursor(parts, 1);
   }
 
   /**

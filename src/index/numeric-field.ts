@@ -10,6 +10,8 @@ export class NumericField {
   multi: Map<number, Float64Array> | null = null;
   /** Live documents with at least one value. */
   docCount = 0;
+  /** Documents with a value by value (ascending, ties by document): made on first use, dropped on change. */
+  private byValue: Int32Array | null = null;
 
   constructor(
     readonly key: string,
@@ -19,6 +21,7 @@ export class NumericField {
   /** Sets the values of a new document from `scratch[0 .. n)`; no-op when n is 0. */
   set(doc: number, scratch: Float64Array, n: number): void {
     if (n === 0) return;
+    this.byValue = null;
     if (doc >= this.values.length) {
       const cap = Math.max(doc + 1, this.values.length * 2, 1024);
       const next = new Float64Array(cap);
@@ -38,6 +41,7 @@ export class NumericField {
 
   remove(doc: number): void {
     if (doc >= this.values.length || Number.isNaN(this.values[doc])) return;
+    this.byValue = null;
     this.values[doc] = NaN;
     this.docCount--;
     this.multi?.delete(doc);
@@ -51,6 +55,39 @@ export class NumericField {
       if (all !== undefined) return all[all.length - 1];
     }
     return this.values[doc];
+  }
+
+  /**
+   * The documents after `after` (below `maxDoc`) whose value is at least `bound` (`desc`) or at
+   * most it (asc), in increasing order: those a sort on this single-valued column could still
+   * take into its page once its last hit has `bound`. Null when more than `most` would be.
+   */
+  competing(bound: number, desc: boolean, after: number, maxDoc: number, most: number): Int32Array | null {
+    const values = this.values;
+    const n = Math.min(maxDoc, values.length);
+    if (this.byValue === null) {
+      let count = 0;
+      for (let d = 0; d < n; d++) if (values[d] === values[d]) count++;
+      const docs = new Int32Array(count);
+      count = 0;
+      for (let d = 0; d < n; d++) if (values[d] === values[d]) docs[count++] = d;
+      this.byValue = docs.sort((a, b) => values[a] - values[b] || a - b);
+    }
+    const byValue = this.byValue;
+    // The first document (in value order) at or past the bound.
+    let lo = 0;
+    let hi = byValue.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (desc ? values[byValue[mid]] < bound : values[byValue[mid]] <= bound) lo = mid + 1;
+      else hi = mid;
+    }
+    const from = desc ? lo : 0;
+    const to = desc ? byValue.length : lo;
+    if (to - from > most) return null;
+    const out: number[] = [];
+    for (let i = from; i < to; i++) if (byValue[i] > after && byValue[i] < n) out.push(byValue[i]);
+    return Int32Array.from(out).sort();
   }
 
   /** Everything a restore needs: the column (maxDoc entries) and the multi-valued documents' values. */
@@ -83,6 +120,7 @@ export class NumericField {
 
   /** Moves values to new document numbers (`newDoc[old]`, increasing; -1 = deleted), in place. */
   renumber(newDoc: Int32Array, newMaxDoc: number): void {
+    this.byValue = null;
     const values = this.values;
     const limit = Math.min(values.length, newDoc.length);
     for (let d = 0; d < limit; d++) if (newDoc[d] >= 0) values[newDoc[d]] = values[d];

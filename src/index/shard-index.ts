@@ -11,6 +11,7 @@
 import { ShardexError } from '../errors.js';
 import { Analyzer } from './analyzer.js';
 import { checkDocument, parseFieldList, projectFields, type StoredDoc } from './document.js';
+import { NO_MORE_DOCS } from './cursors.js';
 import { QueryExecutor, type IndexView } from './execute.js';
 import { FilterCache } from './filter-cache.js';
 import { IdTable } from './id-table.js';
@@ -657,8 +658,9 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.checkSortFields(sort, stats);
 
     const executor = new QueryExecutor(this, stats, req.boosts);
+    const track = countUpTo(req.trackTotalHits);
     if (sort.length === 1 && sort[0].type === 'score' && sort[0].order === 'desc') {
-      const top = executor.topByScore(q, filters, offset + limit, countUpTo(req.trackTotalHits), (d) => this.idAt(d) as string);
+      const top = executor.topByScore(q, filters, offset + limit, track, (d) => this.idAt(d) as string);
       if (top !== null) {
         const hits: SearchHit[] = new Array(top.docs.length);
         for (let i = 0; i < hits.length; i++) hits[i] = { id: this.idAt(top.docs[i]) as string, score: top.scores[i], sortValues: [top.scores[i]] };
@@ -667,7 +669,8 @@ export class ShardIndex implements IndexView, ForwardSink {
     }
     // A sort not by score scores only the page's hits (their score is still reported).
     const byScore = sort.some((key) => key.type === 'score');
-    const m = executor.matches(q, filters, byScore);
+    const early = byScore || track === Infinity ? null : this.competingMatches(executor, q, filters, offset + limit, track, sort[0]);
+    const m = early ?? executor.matches(q, filters, byScore);
     const top = this.selectTop(m, offset + limit, sort);
     const scores = byScore ? null : this.pageScores(executor, q, m, top);
     const hits: SearchHit[] = new Array(top.length);
@@ -676,7 +679,64 @@ export class ShardIndex implements IndexView, ForwardSink {
       const score = scores === null ? m.scores![top[i]] : scores.get(doc)!;
       hits[i] = { id: this.idAt(doc) as string, score, sortValues: sort.map((key) => this.sortValue(key, doc, score)) };
     }
-    return { total: m.size, hits };
+    return { total: m.size, hits, ...(early?.lowerBound === true && { totalRelation: 'gte' as const }) };
+  }
+
+  /**
+   * The matches a sort whose first key is a single-valued number column needs once `track`
+   * are counted (Lucene's skipping of non-competitive documents by sort value): the first
+   * `track` matches in document order, then only the later documents whose value is at least
+   * as good as the k-th best so far, each checked against the query. Null when that does not
+   * apply (another sort, a multi-valued column, too many competing documents): every match then.
+   */
+  private competingMatches(executor: QueryExecutor, q: Query, filters: readonly Query[], k: number, track: number, key: SortKey): (Matches & { lowerBound: boolean }) | null {
+    if (key.type !== 'number') return null;
+    const f = this.numeric(key.field);
+    if (f === undefined || f.multi !== null) return null;
+    const cursor = executor.filteredCursor(q, filters, false);
+    const first = Math.max(track, k);
+    let docs = new Int32Array(Math.min(first + 1, 1024));
+    let n = 0;
+    const push = (d: number): void => {
+      if (n === docs.length) docs = grow(docs, n * 2);
+      docs[n++] = d;
+    };
+    let d = cursor.next();
+    while (d !== NO_MORE_DOCS && n < first) {
+      push(d);
+      d = cursor.next();
+    }
+    if (d === NO_MORE_DOCS || k === 0) return { docs, scores: null, size: n, lowerBound: d !== NO_MORE_DOCS };
+    // The k-th best value so far: a later document with a worse one cannot make the page.
+    const desc = key.order === 'desc';
+    let valued = 0;
+    const seen = new Float64Array(n);
+    for (let i = 0; i < n; i++) {
+      const v = f.values[docs[i]];
+      if (v === v) seen[valued++] = v;
+    }
+    if (valued < k) return null;
+    // Ascending; the best k are at the end for desc, at the start for asc.
+    const sorted = seen.subarray(0, valued).sort();
+    const kth = (i: number): number => (desc ? sorted[valued - 1 - i] : sorted[i]);
+    // Worth it only when the competing documents are few against those left to read.
+    const competing = f.competing(kth(k - 1), desc, d, this.maxDoc, (this.maxDoc - d) >> 3);
+    if (competing === null) return null;
+    push(d);
+    // The k best values so far as keys to maximize (a min-heap: the k-th best at the root), so
+    // that the bar rises as better documents are found.
+    const best = new KeyHeap(k);
+    for (let i = 0; i < k; i++) best.offer(desc ? kth(i) : -kth(i));
+    for (let i = 0; i < competing.length; i++) {
+      const c = competing[i];
+      const v = f.values[c];
+      if ((desc ? v : -v) < best.least()) continue;
+      if (cursor.doc < c && cursor.advance(c) === NO_MORE_DOCS) break;
+      if (cursor.doc !== c) continue;
+      push(c);
+      best.offer(desc ? v : -v);
+    }
+    return { docs, scores: null, size: n, lowerBound: true };
   }
 
   /** Throws what search(req) throws for a bad request, in the same order; reads no document. */
@@ -972,4 +1032,46 @@ function checkBoosts(boosts: unknown): void {
 function checkOperator(op: unknown): 'OR' | 'AND' | undefined {
   if (op === undefined || op === 'OR' || op === 'AND') return op;
   throw new ShardexError('SHX_BAD_REQUEST', `the default operator must be OR or AND, got ${String(op)}`, { details: { param: 'defaultOperator' } });
+}
+
+/** The k greatest numbers offered (a min-heap: the least of them at the root). */
+class KeyHeap {
+  private readonly keys: Float64Array;
+  private size = 0;
+
+  constructor(private readonly k: number) {
+    this.keys = new Float64Array(k);
+  }
+
+  /** The k-th greatest so far (-Infinity until k were offered). */
+  least(): number {
+    return this.size < this.k ? -Infinity : this.keys[0];
+  }
+
+  offer(key: number): void {
+    const h = this.keys;
+    if (this.size < this.k) {
+      let c = this.size++;
+      while (c > 0) {
+        const parent = (c - 1) >> 1;
+        if (h[parent] <= key) break;
+        h[c] = h[parent];
+        c = parent;
+      }
+      h[c] = key;
+      return;
+    }
+    if (key <= h[0]) return;
+    let c = 0;
+    for (;;) {
+      const l = 2 * c + 1;
+      if (l >= this.k) break;
+      const r = l + 1;
+      const m = r < this.k && h[r] < h[l] ? r : l;
+      if (h[m] >= key) break;
+      h[c] = h[m];
+      c = m;
+    }
+    h[c] = key;
+  }
 }
