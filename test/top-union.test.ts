@@ -282,6 +282,17 @@ describe('trackTotalHits', () => {
       expect(bounded.total).toBeGreaterThanOrEqual(100);
       expect(bounded.total).toBeLessThan(1_000);
     }
+    // Deletes after the value order was made: the deleted documents are gone from the page.
+    const before = byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5, trackTotalHits: 100 });
+    for (const h of before.hits) byPrice.delete(h.id);
+    const deleted = byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5, trackTotalHits: 100 });
+    expect(deleted.hits).toEqual(byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5 }).hits);
+    expect(deleted.hits[0]!.sortValues).toEqual([before.hits[4]!.sortValues[0]! - 1]);
+    byPrice.add('late', { title: 'lamp', price: 19_999.5 });
+    const after = byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5, trackTotalHits: 100 });
+    expect(after.hits).toEqual(byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5 }).hits);
+    expect(after.hits[0]!.id).toBe('late');
+    for (const h of before.hits) expect(after.hits.map((x) => x.id)).not.toContain(h.id);
   });
 
   it('a sort on a number gives the page of reading every match, whatever ties, gaps, deletes and filters', () => {

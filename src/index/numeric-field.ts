@@ -10,8 +10,12 @@ export class NumericField {
   multi: Map<number, Float64Array> | null = null;
   /** Live documents with at least one value. */
   docCount = 0;
-  /** Documents with a value by value (ascending, ties by document): made on first use, dropped on change. */
-  private byValue: Int32Array | null = null;
+  /**
+   * Documents with a value by value (ascending, ties by document) and those values: made on
+   * first use, dropped when documents are added or renumbered. A deleted document stays in it
+   * with the value it had (its cursor skips it).
+   */
+  private byValue: { readonly docs: Int32Array; readonly values: Float64Array } | null = null;
 
   constructor(
     readonly key: string,
@@ -41,7 +45,6 @@ export class NumericField {
 
   remove(doc: number): void {
     if (doc >= this.values.length || Number.isNaN(this.values[doc])) return;
-    this.byValue = null;
     this.values[doc] = NaN;
     this.docCount--;
     this.multi?.delete(doc);
@@ -71,22 +74,23 @@ export class NumericField {
       const docs = new Int32Array(count);
       count = 0;
       for (let d = 0; d < n; d++) if (values[d] === values[d]) docs[count++] = d;
-      this.byValue = docs.sort((a, b) => values[a] - values[b] || a - b);
+      docs.sort((a, b) => values[a] - values[b] || a - b);
+      this.byValue = { docs, values: Float64Array.from(docs, (d) => values[d]) };
     }
-    const byValue = this.byValue;
+    const { docs, values: sorted } = this.byValue;
     // The first document (in value order) at or past the bound.
     let lo = 0;
-    let hi = byValue.length;
+    let hi = docs.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if (desc ? values[byValue[mid]] < bound : values[byValue[mid]] <= bound) lo = mid + 1;
+      if (desc ? sorted[mid] < bound : sorted[mid] <= bound) lo = mid + 1;
       else hi = mid;
     }
     const from = desc ? lo : 0;
-    const to = desc ? byValue.length : lo;
+    const to = desc ? docs.length : lo;
     if (to - from > most) return null;
     const out: number[] = [];
-    for (let i = from; i < to; i++) if (byValue[i] > after && byValue[i] < n) out.push(byValue[i]);
+    for (let i = from; i < to; i++) if (docs[i] > after && docs[i] < n) out.push(docs[i]);
     return Int32Array.from(out).sort();
   }
 

@@ -234,7 +234,9 @@ export function topOfUnion(
     }
 
     if (split === 0) {
-      // Every clause was scored: the sums are the scores.
+      // Every clause was scored: the sums are the scores. (A phrase may have left out a document
+      // whose bound could not reach the threshold: its sum then falls short of its score, which
+      // is below the threshold anyway, so the page takes it neither way.)
       for (let c = 0; c < found; c++) top.offer(candidates[c], sums[candidates[c]]);
     } else {
       // Candidates in document order, so that the full scores read each clause's postings in the
