@@ -291,6 +291,18 @@ export class QueryExecutor {
    * lacks adds nothing, so every shard sums the same numbers in the same order.
    */
   private termUnion(terms: readonly TermQuery[], scoring: boolean, mask: Uint32Array | null): Matches {
+    if (!scoring) {
+      // Unscored, one or two lists of postings (a word in the default fields) merge faster than they accumulate.
+      const lists: Array<{ p: Int32Array; len: number }> = [];
+      for (const c of terms) {
+        const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
+        for (const f of fields) {
+          const id = f === undefined ? -1 : f.termId(c.term);
+          if (f !== undefined && id >= 0 && f.docFreq[id] > 0) lists.push({ p: f.postingsOf(id), len: f.postingsLength[id] });
+        }
+      }
+      if (lists.length <= 2) return mergedDocs(lists[0] ?? { p: EMPTY_POSTINGS, len: 0 }, lists[1] ?? { p: EMPTY_POSTINGS, len: 0 }, this.ix.live, mask);
+    }
     const acc = this.ix.accumulators.acquire(this.ix.maxDoc);
     try {
       for (const c of terms) {
@@ -547,6 +559,37 @@ function unionOfTerms(q: Query): readonly TermQuery[] | null {
   if (q.kind === 'term') return [q];
   if (q.kind !== 'bool' || q.must.length > 0 || q.mustNot.length > 0 || q.boost !== 1 || q.should.length === 0) return null;
   return q.should.every((c): c is TermQuery => c.kind === 'term') ? (q.should as readonly TermQuery[]) : null;
+}
+
+const EMPTY_POSTINGS = new Int32Array(0);
+
+/** The live documents (in the mask, if any) of two postings lists ([doc, tf, ...]), merged in order, unscored. */
+function mergedDocs(a: { p: Int32Array; len: number }, b: { p: Int32Array; len: number }, live: Uint8Array, mask: Uint32Array | null): Matches {
+  const pa = a.p;
+  const pb = b.p;
+  const na = a.len;
+  const nb = b.len;
+  const docs = new Int32Array((na + nb) >> 1);
+  let i = 0;
+  let j = 0;
+  let k = 0;
+  while (i < na || j < nb) {
+    let d: number;
+    if (j >= nb || (i < na && pa[i] < pb[j])) {
+      d = pa[i];
+      i += 2;
+    } else if (i >= na || pb[j] < pa[i]) {
+      d = pb[j];
+      j += 2;
+    } else {
+      d = pa[i];
+      i += 2;
+      j += 2;
+    }
+    if (live[d] !== 1 || (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
+    docs[k++] = d;
+  }
+  return k === 0 ? NO_MATCHES : { docs, scores: null, size: k };
 }
 
 function matchesCursor(m: Matches): DocCursor {
