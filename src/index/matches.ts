@@ -16,6 +16,8 @@ export class Accumulator {
   readonly marks: Uint8Array;
   readonly touched: Int32Array;
   count = 0;
+  /** Scratch for one window of documents (top-union.ts), made on first use. */
+  private window: Int32Array | null = null;
 
   constructor(readonly capacity: number) {
     this.scores = new Float64Array(capacity);
@@ -49,6 +51,12 @@ export class Accumulator {
     }
     this.count = 0;
     return { docs, scores, size: n };
+  }
+
+  /** An array of at least `size` ints, the same one each time it is big enough. */
+  windowScratch(size: number): Int32Array {
+    if (this.window === null || this.window.length < size) this.window = new Int32Array(size);
+    return this.window;
   }
 
   reset(): void {

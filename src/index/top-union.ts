@@ -275,7 +275,7 @@ class WindowSums {
     this.marks = acc.marks;
     this.sums = acc.scores;
     this.list = acc.touched;
-    this.candidates = new Int32Array(room);
+    this.candidates = acc.windowScratch(room);
   }
 
   clear(): void {
