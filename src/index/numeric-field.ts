@@ -89,9 +89,10 @@ export class NumericField {
     const from = desc ? lo : 0;
     const to = desc ? docs.length : lo;
     if (to - from > most) return null;
-    const out: number[] = [];
-    for (let i = from; i < to; i++) if (docs[i] > after && docs[i] < n) out.push(docs[i]);
-    return Int32Array.from(out).sort();
+    const out = new Int32Array(to - from);
+    let k = 0;
+    for (let i = from; i < to; i++) if (docs[i] > after && docs[i] < n) out[k++] = docs[i];
+    return out.subarray(0, k).sort();
   }
 
   /** Everything a restore needs: the column (maxDoc entries) and the multi-valued documents' values. */

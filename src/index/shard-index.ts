@@ -707,26 +707,19 @@ export class ShardIndex implements IndexView, ForwardSink {
       d = cursor.next();
     }
     if (d === NO_MORE_DOCS || k === 0) return { docs, scores: null, size: n, lowerBound: d !== NO_MORE_DOCS };
-    // The k-th best value so far: a later document with a worse one cannot make the page.
+    // The k best values so far as keys to maximize (a min-heap: the k-th best at the root): a
+    // later document with a worse one cannot make the page, and the bar rises as better ones come.
     const desc = key.order === 'desc';
-    let valued = 0;
-    const seen = new Float64Array(n);
+    const best = new KeyHeap(k);
     for (let i = 0; i < n; i++) {
       const v = f.values[docs[i]];
-      if (v === v) seen[valued++] = v;
+      if (v === v) best.offer(desc ? v : -v);
     }
-    if (valued < k) return null;
-    // Ascending; the best k are at the end for desc, at the start for asc.
-    const sorted = seen.subarray(0, valued).sort();
-    const kth = (i: number): number => (desc ? sorted[valued - 1 - i] : sorted[i]);
+    if (best.least() === -Infinity) return null;
     // Worth it only when the competing documents are few against those left to read.
-    const competing = f.competing(kth(k - 1), desc, d, this.maxDoc, (this.maxDoc - d) >> 3);
+    const competing = f.competing(desc ? best.least() : -best.least(), desc, d, this.maxDoc, (this.maxDoc - d) >> 3);
     if (competing === null) return null;
     push(d);
-    // The k best values so far as keys to maximize (a min-heap: the k-th best at the root), so
-    // that the bar rises as better documents are found.
-    const best = new KeyHeap(k);
-    for (let i = 0; i < k; i++) best.offer(desc ? kth(i) : -kth(i));
     for (let i = 0; i < competing.length; i++) {
       const c = competing[i];
       const v = f.values[c];
