@@ -68,8 +68,8 @@ export interface SearchRequest {
   readonly fields?: string | readonly string[] | null;
   /**
    * How far `total` is counted exactly (Elasticsearch's track_total_hits): true (the default)
-   * always; a number n: at least up to n, past which the result may say `totalRelation: 'gte'`;
-   * false: as 0. A page sorted by score alone then skips what cannot make it.
+   * always; a number n: at least up to n, past which the result may say `totalRelation: 'gte'`
+   * and a page sorted by score or by a number reads only what can still make it; false: as 0.
    */
   readonly trackTotalHits?: boolean | number;
 }

@@ -1,17 +1,23 @@
-// The best k matches of a union of terms by score, without scoring what cannot make the page:
-// MaxScore (Turtle and Flood, 1995) over windows of documents, as Lucene's MaxScoreBulkScorer.
+// The best k matches of a union of terms and phrases by score, without scoring what cannot make
+// the page: MaxScore (Turtle and Flood, 1995) over windows of documents, as Lucene's
+// MaxScoreBulkScorer.
 //
 // Each term's postings carry per-block bounds (the greatest tf and the shortest field of every
 // BLOCK postings), so a block's best possible BM25 score is known without reading it. In a window
-// of documents, the terms whose bounds sum below the k-th best score so far (the threshold) are
+// of documents, the clauses whose bounds sum below the k-th best score so far (the threshold) are
 // non-essential: a document only they match cannot make the page, so only the other (essential)
-// terms' postings are scored. A candidate is then scored in full only when its partial score plus
-// the non-essential terms' bounds can still reach the threshold. A window where even all the
-// bounds together fall short is skipped.
+// clauses are scored. A candidate is then scored in full only when its partial score plus the
+// non-essential clauses' bounds can still reach the threshold. A window where even all the bounds
+// together fall short is skipped.
+//
+// A phrase is bounded by its words' blocks (it occurs at most as often as its rarest word, in a
+// field at least as long as the shortest that holds them all), jumps over postings with the
+// blocks' position starts, and once the total is counted reads a document's positions only when
+// its bound can still reach the threshold.
 //
 // What stays exact:
-// - Scores: a hit's score is summed term by term in the clauses' order, as the accumulator of
-//   execute.ts sums it, so a page is bit for bit the page of scoring every match.
+// - Scores: a hit's score is summed clause by clause in their order, as the accumulator and the
+//   cursors of execute.ts sum it, so a page is bit for bit the page of scoring every match.
 // - Ties: a document scoring exactly the threshold may still enter (by its id), so only bounds
 //   strictly below it prune, with a margin for the rounding of sums taken in another order.
 // - The total: every document of the union is counted (marked, not scored) until `countUpTo` is
