@@ -32,21 +32,21 @@ interface Call {
   readonly eventual: EventualOptions;
 }
 
-/** A simulated clock: sleeping advances it. */
-function clock(): Clock & { t: number } {
+/** A simulated clock: sleeping advances it (`late` ms more than asked, as a busy event loop's timers fire late). */
+function clock(late = 0): Clock & { t: number } {
   const c = {
     t: 0,
     now: () => c.t,
     sleep: async (ms: number, signal?: AbortSignal) => {
       if (signal?.aborted) throw signal.reason;
-      c.t += ms;
+      c.t += ms + late;
     },
   };
   return c;
 }
 
-function setup(answer: (c: Call, n: number) => unknown, readers: () => readonly NodeInfo[] = () => FIVE) {
-  const time = clock();
+function setup(answer: (c: Call, n: number) => unknown, readers: () => readonly NodeInfo[] = () => FIVE, late = 0) {
+  const time = clock(late);
   const calls: Call[] = [];
   let leaderCalls = 0;
   const router = new EventualRouter({
@@ -149,6 +149,16 @@ describe('the read\'s deadline', () => {
     expect(err.message).toMatch(/waiting for a snapshot reader in group 'later'/);
     expect(s.time.t).toBe(1500);
     expect(s.leaderCalls()).toBe(0);
+  });
+
+  it('says it was waiting for a reader when its deadline passes between two looks (a timer that fires late)', async () => {
+    // Looks every 100 ms that each take 102: after 14 of them 101 ms are left, the 15th pause
+    // (100 ms, within the deadline) ends past it, and the next look finds the time up.
+    const s = setup(() => 'doc', () => [], 2);
+    const err = await s.read({ timeoutMs: 14 * 102 + 101, scanType: 'patient' }).catch((e) => e);
+    expect(err.code).toBe('SHX_TIMEOUT');
+    expect(s.time.t).toBe(15 * 102);
+    expect(err.message).toMatch(/waiting for a snapshot reader in group 'later'/);
   });
 
   it('serves from a reader that appears while the read waits', async () => {

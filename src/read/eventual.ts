@@ -87,7 +87,10 @@ export class EventualRouter {
     const deadline = route.deadline ?? readDeadline(`eventual read of ${req.collection}/${req.shard}`);
     const attempts = route.attempts ?? [];
     const count = (result: Attempt['result']): number => attempts.reduce((n, a) => n + (a.result === result ? 1 : 0), 0);
-    const doing = (): string => (attempts.length === 0 ? 'before any reader answered' : `after ${attempts.length} reader attempts, ${count('busy')} BUSY`);
+    // Set while no reader of the group is there: what a deadline that ends the wait reports,
+    // whether it ends during the pause or at the next turn's check.
+    let waitingFor: string | undefined;
+    const doing = (): string => waitingFor ?? (attempts.length === 0 ? 'before any reader answered' : `after ${attempts.length} reader attempts, ${count('busy')} BUSY`);
     const fallback = async (reason: string): Promise<EventualResult<T>> => {
       const r = await leader();
       return { value: r.value, busyTimeoutMs: 0, servedBy: { node: r.node, attempts: attempts.length + 1, busy: count('busy'), errors: count('error'), fallback: true, reason } };
@@ -111,10 +114,12 @@ export class EventualRouter {
         if (waited >= sel.timeToWaitMs) {
           return fallback(sel.timeToWaitMs === 0 ? `no snapshot reader in group '${sel.group}'` : `no snapshot reader in group '${sel.group}' appeared within ${sel.timeToWaitMs} ms`);
         }
-        await deadline.pause(Math.min(READER_POLL_MS, sel.timeToWaitMs - waited), `waiting for a snapshot reader in group '${sel.group}'`);
+        waitingFor = `waiting for a snapshot reader in group '${sel.group}'`;
+        await deadline.pause(Math.min(READER_POLL_MS, sel.timeToWaitMs - waited), doing());
         continue;
       }
       emptySince = undefined;
+      waitingFor = undefined;
       if (sel.delayMs > 0) {
         // The selector's back-off after failed readers, under the house's one retry decision:
         // a pause that would end past the read's deadline ends the read now, not at the deadline.
