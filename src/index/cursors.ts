@@ -32,7 +32,7 @@ export interface DocCursor {
  * `from`), whose entry is at least `target`, or `end`: doubling steps from `from`, then a binary
  * search of the last step.
  */
-function gallop(a: Int32Array, from: number, end: number, stride: number, target: number): number {
+export function gallop(a: Int32Array, from: number, end: number, stride: number, target: number): number {
   let lo = from;
   if (lo >= end || a[lo] >= target) return lo;
   let step = stride;

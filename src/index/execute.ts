@@ -118,7 +118,7 @@ export class QueryExecutor {
     if (filters.length > 0 && mask === null) return { total: 0, exact: true, docs: new Int32Array(0), scores: new Float64Array(0), scored: 0 };
     const clauses: UnionClause[] = [];
     for (const c of union) {
-      const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
+      const fields = this.fieldsOf(c.field);
       for (const f of fields) {
         if (f === undefined) continue;
         const boost = c.boost * this.fieldBoost(f.key);
@@ -231,7 +231,7 @@ export class QueryExecutor {
     };
     for (const c of clauses) {
       if (c.kind === 'term') {
-        const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
+        const fields = this.fieldsOf(c.field);
         for (const f of fields) if (f !== undefined) add(this.termCursor(f, c.term, c.boost * this.fieldBoost(f.key), scoring));
       } else if (c.kind === 'phrase' && c.field === null) {
         for (const f of this.ix.defaultTextFields()) add(matchesCursor(this.phrase(f, c.terms, c.positions, c.boost * this.fieldBoost(f.key), scoring)));
@@ -272,6 +272,11 @@ export class QueryExecutor {
     return scoring && q.boost !== 1 ? new BoostedCursor(c, q.boost) : c;
   }
 
+  /** The fields a clause reads: every default text field when it names none (undefined where a named field does not exist). */
+  private fieldsOf(field: string | null): readonly (InvertedField | undefined)[] {
+    return field === null ? this.ix.defaultTextFields() : [this.ix.inverted(field)];
+  }
+
   private fieldBoost(key: string): number {
     const b = this.boosts;
     if (b !== undefined && Object.hasOwn(b, key)) return b[key];
@@ -295,7 +300,7 @@ export class QueryExecutor {
       // Unscored, one or two lists of postings (a word in the default fields) merge faster than they accumulate.
       const lists: Array<{ p: Int32Array; len: number }> = [];
       for (const c of terms) {
-        const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
+        const fields = this.fieldsOf(c.field);
         for (const f of fields) {
           const id = f === undefined ? -1 : f.termId(c.term);
           if (f !== undefined && id >= 0 && f.docFreq[id] > 0) lists.push({ p: f.postingsOf(id), len: f.postingsLength[id] });
@@ -306,7 +311,7 @@ export class QueryExecutor {
     const acc = this.ix.accumulators.acquire(this.ix.maxDoc);
     try {
       for (const c of terms) {
-        const fields = c.field === null ? this.ix.defaultTextFields() : [this.ix.inverted(c.field)];
+        const fields = this.fieldsOf(c.field);
         for (const f of fields) if (f !== undefined) this.termInto(acc, f, c.term, c.boost * this.fieldBoost(f.key), scoring, mask);
       }
       return acc.drain(this.ix.maxDoc, scoring);

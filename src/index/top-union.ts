@@ -23,6 +23,7 @@
 // - The total: every document of the union is counted (marked, not scored) until `countUpTo` is
 //   reached; past it the total is a lower bound (Elasticsearch's track_total_hits).
 
+import { gallop } from './cursors.js';
 import { compareIds } from './sort.js';
 import { bm25 } from './stats.js';
 import type { Accumulator } from './matches.js';
@@ -183,7 +184,10 @@ export function topOfUnion(
       for (let i = 0; i < n; i++) {
         const ph = phrases[i];
         if (ph !== null) ph.skipTo(hi);
-        else at[i] = seek(clauses[i] as UnionTerm, at[i], hi);
+        else {
+          const t = clauses[i] as UnionTerm;
+          at[i] = gallop(t.postings, at[i], t.length, 2, hi);
+        }
       }
       continue;
     }
@@ -227,7 +231,7 @@ export function topOfUnion(
           win.count(d);
         }
       } else {
-        j = seek(t, j, hi);
+        j = gallop(p, j, end, 2, hi);
       }
       at[i] = j;
     }
@@ -332,21 +336,6 @@ function windowBound(t: UnionTerm, blockMax: Float64Array, from: number, hi: num
     if (blockMax[b] > best) best = blockMax[b];
   }
   return best;
-}
-
-/** The first int index from `from` whose document is at least `target` (t.length if none). */
-function seek(t: { readonly postings: Int32Array; readonly length: number }, from: number, target: number): number {
-  const p = t.postings;
-  let lo = from;
-  let hi = t.length;
-  if (lo >= hi || p[lo] >= target) return lo;
-  // p[lo] < target: binary search over postings (2 ints each).
-  while (hi - lo > 2) {
-    const mid = lo + (((hi - lo) >> 2) << 1);
-    if (p[mid] < target) lo = mid;
-    else hi = mid;
-  }
-  return hi;
 }
 
 /**
