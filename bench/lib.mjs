@@ -1,7 +1,7 @@
 // Shared pieces of the benchmarks: a dev cluster in its own process, free ports, timing.
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { Agent, request } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -114,6 +114,13 @@ export function processCpuMs(pid) {
   } catch {
     return NaN;
   }
+}
+
+/** A process's resident memory, bytes (NaN once it is gone). */
+export async function rssOf(pid) {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  const m = /VmRSS:\s+(\d+) kB/.exec(status);
+  return m ? Number(m[1]) * 1024 : NaN;
 }
 
 /**
@@ -303,9 +310,9 @@ export async function startZkCluster({ nodes = 2, zkTimeoutMs = 15_000, progress
       progress(`  node ${name} up: ${p.http} (pid ${p.pid})`);
       return p;
     },
-    async startReader(name, { snapshotExpiryMs = 5000, maxScans = 8, group = 'default' } = {}) {
+    async startReader(name, { snapshotExpiryMs = 5000, maxScans = 8, group = 'default', extra = [] } = {}) {
       const p = await startProcess(['reader', '--zk', connect, '--port', '0', '--grpc-port', '0', '--name', name, '--data', join(dataDir, name), '--zk-timeout', String(zkTimeoutMs),
-        '--group', group, '--snapshot-expiry', String(snapshotExpiryMs), '--max-scans', String(maxScans)]);
+        '--group', group, '--snapshot-expiry', String(snapshotExpiryMs), '--max-scans', String(maxScans), ...extra]);
       readers.push(p);
       progress(`  reader ${name} up: ${p.http} (pid ${p.pid})`);
       return p;
@@ -337,4 +344,38 @@ export function vocabularyByRank(docs) {
   const counts = new Map();
   for (const d of docs.slice(0, 20_000)) for (const text of [d.title, d.body]) for (const w of text.split(' ')) counts.set(w, (counts.get(w) ?? 0) + 1);
   return [...counts].sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1)).map(([w]) => w);
+}
+
+/** Posts `count` corpus documents (seed 11) to `collection`, in batches of 1,000, 8 in flight, round-robin over `urls`; prints progress every 5 s. */
+export async function ingestCorpus(urls, collection, count) {
+  const { generateDocs } = await import('../dist/corpus.js');
+  const { default: pLimit } = await import('p-limit');
+  const limit = pLimit(8);
+  const batch = 1000;
+  let done = 0;
+  let last = performance.now();
+  const t0 = performance.now();
+  const jobs = [];
+  let docs = [];
+  let i = 0;
+  for (const d of generateDocs({ count, seed: 11 })) {
+    docs.push(d);
+    if (docs.length === batch) {
+      const body = docs;
+      const url = urls[i++ % urls.length];
+      docs = [];
+      jobs.push(limit(async () => {
+        await postJson(`${url}/api/collections/${collection}/docs`, JSON.stringify(body));
+        done += body.length;
+        if (performance.now() - last > 5000) {
+          last = performance.now();
+          log(`  ${fmt(done)} / ${fmt(count)} docs indexed, ${fmt(done / ((last - t0) / 1000))} docs/s`);
+        }
+      }));
+      // Keep at most a few batches in memory ahead of the requests.
+      if (jobs.length % 64 === 0) await Promise.all(jobs.splice(0));
+    }
+  }
+  if (docs.length > 0) jobs.push(limit(() => postJson(`${urls[0]}/api/collections/${collection}/docs`, JSON.stringify(docs))));
+  await Promise.all(jobs);
 }

@@ -3,43 +3,10 @@
 // data dir. Printed: the time until every replica is active and a search finds every document,
 // beside the same for an empty collection (the baseline, measured in the same run), and how
 // restart time grows with the document count (largest / smallest).
-import { fmt, log, parseFlags, postJson, processCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
-import { generateDocs } from '../dist/corpus.js';
+import { fmt, ingestCorpus, log, parseFlags, postJson, processCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
 import { cp } from 'node:fs/promises';
-import pLimit from 'p-limit';
 
 const C = 'restart';
-
-async function ingest(urls, count) {
-  const limit = pLimit(8);
-  const batch = 1000;
-  let done = 0;
-  let last = performance.now();
-  const t0 = performance.now();
-  const jobs = [];
-  let docs = [];
-  let i = 0;
-  for (const d of generateDocs({ count, seed: 11 })) {
-    docs.push(d);
-    if (docs.length === batch) {
-      const body = docs;
-      const url = urls[i++ % urls.length];
-      docs = [];
-      jobs.push(limit(async () => {
-        await postJson(`${url}/api/collections/${C}/docs`, JSON.stringify(body));
-        done += body.length;
-        if (performance.now() - last > 5000) {
-          last = performance.now();
-          log(`  ${fmt(done)} / ${fmt(count)} docs indexed, ${fmt(done / ((last - t0) / 1000))} docs/s`);
-        }
-      }));
-      // Keep at most a few batches in memory ahead of the requests.
-      if (jobs.length % 64 === 0) await Promise.all(jobs.splice(0));
-    }
-  }
-  if (docs.length > 0) jobs.push(limit(() => postJson(`${urls[0]}/api/collections/${C}/docs`, JSON.stringify(docs))));
-  await Promise.all(jobs);
-}
 
 /** kill -9 every node, start them all again; ms until settled and a search counts `expected` documents. */
 async function restartAll(cluster, expected, timeline = false) {
@@ -125,7 +92,7 @@ export async function run(rest) {
       log('  baseline: kill -9 and restart with the collection empty ...');
       const empty = await restartAll(cluster, 0);
       log(`  empty: up and searchable in ${(empty / 1000).toFixed(1)} s; indexing ${fmt(n)} documents ...`);
-      await ingest(cluster.urls, n);
+      await ingestCorpus(cluster.urls, C, n);
       log('  kill -9 every node and restart ...');
       const full = await restartAll(cluster, n, a.timeline === 'yes');
       log(`  ${fmt(n)} documents: up and searchable in ${(full / 1000).toFixed(1)} s`);

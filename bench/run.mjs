@@ -8,6 +8,7 @@ const benches = {
   import: () => import('./import.mjs'),
   restart: () => import('./restart.mjs'),
   balance: () => import('./balance.mjs'),
+  'reader-copy': () => import('./reader-copy.mjs'),
 };
 const [name = 'all', ...rest] = process.argv.slice(2);
 const names = name === 'all' ? Object.keys(benches) : [name];

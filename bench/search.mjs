@@ -12,7 +12,7 @@
 // The baselines are synchronous libraries: they run on this process's one thread, one query
 // after another, so their queries/s is the sequential rate. The dev cluster is one process (one
 // event loop for its three nodes); its concurrent rate is measured with --clients HTTP clients.
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
@@ -22,7 +22,7 @@ import MiniSearch from 'minisearch';
 import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
 import { parseSchema, ShardIndex } from '../dist/index/index.js';
-import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, startDevCluster, untilSettled, vocabularyByRank } from './lib.mjs';
+import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, rssOf, startDevCluster, untilSettled, vocabularyByRank } from './lib.mjs';
 import { luceneRun } from './lucene.mjs';
 
 const COLLECTION = 'bench';
@@ -163,12 +163,6 @@ async function ingestHttp(cluster, bodies, batchSizes, total, concurrency) {
     ),
   );
   return total / ((performance.now() - t0) / 1000);
-}
-
-async function rssOf(pid) {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
-  const m = /VmRSS:\s+(\d+) kB/.exec(status);
-  return m ? Number(m[1]) * 1024 : NaN;
 }
 
 async function shardexSearch(cluster, mix, a) {

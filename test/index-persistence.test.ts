@@ -8,7 +8,7 @@ import { pino } from 'pino';
 import { describe, expect, it, vi } from 'vitest';
 import { COMMIT_FILE, isIndexFile, isSegmentFile, PersistedIndex } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
-import { decodeSegment, encodeSegment, parseSchema, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
+import { decodeSegment, encodeSegment, loadSegment, parseSchema, SegmentedIndex, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
 import { useTempStores } from './support/temp-stores.js';
 
@@ -395,5 +395,78 @@ describe('a replica index on disk', () => {
     expect(await merging).toBe(false);
     expect(index.index.size).toBe(0);
     expect((await readdir(tmp.dir)).filter(isIndexFile)).toEqual([]);
+  });
+
+  it("keeps a commit point's segments, with that point's deletes, until the next commit point, and opens them for copying", async () => {
+    const store = await ReplicaStore.open(tmp.dir);
+    stores.push(store);
+    const replica = new ShardReplica('c', 'shard1', store, log);
+    const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxChanges: 1, segmentsPerTier: 4 } });
+    replica.index = index;
+    for (let b = 0; b < 3; b++) {
+      await replica.apply(Array.from({ length: 30 }, (_, i) => put(b * 30 + i)));
+      await index.checkpoint();
+    }
+    // Unsealed at the commit: the commit point seals and writes it.
+    await replica.apply([put(200), put(201), del(4)]);
+    const point = await replica.commit();
+    expect(store.lastCommit).toEqual(point);
+    const atCommit = results(index.index);
+
+    // After the commit point: deletes and replacements in its segments, new segments, a merge of all of them.
+    await replica.apply([del(1), del(31), put(62, 5000), put(300)]);
+    for (let b = 0; b < 4; b++) {
+      await replica.apply([put(400 + b)]);
+      await index.checkpoint();
+    }
+    expect(await index.merge()).toBe(true);
+    const current = results(index.index);
+    expect(current).not.toEqual(atCommit);
+
+    const committed = await index.openCommitted(point);
+    expect(committed).toBeDefined();
+    expect(committed!.fingerprint).toBe(FINGERPRINT);
+    const names = committed!.files.map((f) => f.name);
+    // The merge replaced the commit point's segments; their files stay for readers.
+    expect(names.some((n) => index.index.segments.every((s) => s.name !== n))).toBe(true);
+    const segments = [];
+    for (const f of committed!.files) {
+      const loaded = await loadSegment(join(tmp.dir, f.name), schema, FINGERPRINT);
+      if (!loaded.ok) throw new Error(loaded.problem);
+      for (const id of f.deleted) loaded.index.delete(id);
+      segments.push({ name: f.name, index: loaded.index, deleted: new Set(f.deleted) });
+    }
+    // Exactly the commit point: d4 deleted, d1 and d31 not yet, d62 as it was.
+    expect(results(new SegmentedIndex(schema, segments) as unknown as ShardIndex)).toEqual(atCommit);
+    expect(committed!.files.find((f) => f.deleted.includes('d4'))).toBeDefined();
+    expect(committed!.files.flatMap((f) => f.deleted)).not.toContain('d1');
+
+    // A newer commit point: the old one is not served any more, its files go, and what was opened still reads.
+    const next = await replica.commit();
+    expect(await index.openCommitted(point)).toBeUndefined();
+    const gone = names.filter((n) => index.index.segments.every((s) => s.name !== n));
+    expect(gone.length).toBeGreaterThan(0);
+    for (const n of gone) expect(await segmentFiles()).not.toContain(n);
+    const f0 = committed!.files.find((f) => gone.includes(f.name))!;
+    const buf = Buffer.alloc(f0.bytes);
+    expect((await f0.handle.read(buf, 0, f0.bytes, 0)).bytesRead).toBe(f0.bytes);
+    await Promise.all(committed!.files.map((f) => f.handle.close()));
+    const again = await index.openCommitted(next);
+    expect(again!.files.map((f) => f.name).sort()).toEqual(index.index.segments.map((s) => s.name).sort());
+    await Promise.all(again!.files.map((f) => f.handle.close()));
+    expect(results(index.index)).toEqual(current);
+  });
+
+  it('gives no segments for a commit point taken by the store alone, or after a reset', async () => {
+    const { replica, index } = await openReplica();
+    await replica.apply([put(1), put(2)]);
+    const bare = await replica.store.commit();
+    expect(await index.openCommitted(bare)).toBeUndefined();
+    const point = await replica.commit();
+    const c = await index.openCommitted(point);
+    expect(c?.files.length).toBe(1);
+    await Promise.all(c!.files.map((f) => f.handle.close()));
+    await replica.reset();
+    expect(await index.openCommitted(point)).toBeUndefined();
   });
 });

@@ -13,7 +13,7 @@
 // - Merges (pickMerge's policy) run in the background: a few segments are combined into one
 //   (src/index/merge-segments.ts: their postings, no document analysed again), written, swapped
 //   in and committed; files no commit names any more are removed after each commit.
-import { readdir, rm, stat } from 'node:fs/promises';
+import { open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import {
@@ -32,7 +32,7 @@ import {
   type ShardIndexState,
   type StoredDoc,
 } from '../index/index.js';
-import type { ReplicaStore } from '../ulog/index.js';
+import type { CommitPoint, ReplicaStore } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { SearchIndexBinding } from './replica.js';
 
@@ -91,6 +91,30 @@ export interface PersistedIndexOptions {
 
 const PAGE = 1000;
 
+/** A segment of a commit point: its file's name and the ids deleted from it at that point. */
+export interface CommittedSegment {
+  readonly name: string;
+  readonly deleted: readonly string[];
+}
+
+/** A commit point's segment files, opened for copying (PersistedIndex.openCommitted). */
+export interface CommittedSegments {
+  /** The schema and analyzer the files were written for. */
+  readonly fingerprint: string;
+  readonly files: ReadonlyArray<CommittedSegment & { readonly handle: FileHandle; readonly bytes: number }>;
+}
+
+/** What a checkpoint captures at its durable point. */
+interface Captured {
+  readonly seq: number;
+  readonly segments: ReadonlyArray<{ readonly segment: Segment; readonly deleted: number; readonly state: ShardIndexState | undefined }>;
+}
+
+/** Identifies a collection's schema and analyzer: index files written for another are not used. */
+export function schemaFingerprint(fields: unknown): string {
+  return JSON.stringify({ fields: fields ?? null, analyzer: 'standard' });
+}
+
 export class PersistedIndex extends SearchIndexBinding {
   declare index: SegmentedIndex;
   private readonly o: PersistedIndexOptions;
@@ -113,6 +137,8 @@ export class PersistedIndex extends SearchIndexBinding {
   /** Bumped by clear(): a merge started before it is dropped. */
   private generation = 0;
   private unindexable = 0;
+  /** The store's latest commit point and the segments checkpointed at it (what snapshot readers copy). */
+  private committed: { readonly point: CommitPoint; readonly segments: readonly CommittedSegment[] } | undefined;
 
   private constructor(o: PersistedIndexOptions, index: SegmentedIndex, now: number) {
     super(o.schema, index);
@@ -198,46 +224,108 @@ export class PersistedIndex extends SearchIndexBinding {
     return this.lock.run(async () => {
       if (this.closed || !this.hasWork()) return 0;
       const t0 = performance.now();
-      const { seq, segments } = await this.o.store.atDurablePoint((seq) => {
-        this.index.seal(this.newName());
-        this.index.dropEmpty();
-        this.dirty = false;
-        return {
-          seq,
-          segments: this.index.segments.map((segment) => ({
-            segment,
-            // Deletes are only ever added, in order: the first `deleted` of the set are those up to seq.
-            deleted: segment.deleted.size,
-            state: this.written.has(segment) ? undefined : segment.index.exportState(),
-          })),
-        };
-      });
-      const captureMs = Math.round(performance.now() - t0);
-      let bytes = 0;
-      try {
-        for (const { segment, state } of segments) {
-          if (state === undefined) continue;
-          const size = await this.writeAndReload(segment, state, seq);
-          this.o.onSegmentWritten?.(size);
-          bytes += size;
-        }
-        bytes += await writeCommit(join(this.o.dir, COMMIT_FILE), {
-          seq,
-          fingerprint: this.o.fingerprint,
-          nextFile: this.nextFile,
-          segments: segments.map(({ segment, deleted }) => ({ name: segment.name, deleted: first(segment.deleted, deleted) })),
-        });
-      } catch (err) {
-        // The next check writes what is missing (hasWork), the last commit still holds.
-        this.dirty = true;
-        throw err;
-      }
-      this.lastCheckpointAt = Date.now();
-      await this.removeFilesBut(new Set(segments.map(({ segment }) => segment.name)));
-      await this.o.store.dropChangesThrough(seq);
-      this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, ms: Math.round(performance.now() - t0) }, 'replica index checkpoint written');
-      return bytes;
+      const captured = await this.o.store.atDurablePoint((seq) => this.capture(seq));
+      return this.write(captured, t0);
     });
+  }
+
+  /**
+   * Records a commit point of the store (what snapshot readers copy) and, at that same moment,
+   * a checkpoint of the index: the commit point's segments are written and kept on disk until
+   * the next commit point, so that a reader copies the files rather than indexing the documents
+   * again (as Solr's replication keeps the files of the commit it serves). Resolves once the
+   * store recorded the point; the files are written after. A checkpoint that cannot be written
+   * leaves the commit point without segments: readers then copy documents.
+   */
+  commit(): Promise<CommitPoint> {
+    return new Promise<CommitPoint>((resolve, reject) => {
+      void this.lock.run(async () => {
+        if (this.closed) return this.o.store.commit().then(resolve, reject);
+        const t0 = performance.now();
+        let taken: { point: CommitPoint; captured: Captured };
+        try {
+          taken = await this.o.store.commit((_, seq) => this.capture(seq));
+        } catch (err) {
+          reject(err);
+          return;
+        }
+        this.committed = undefined;
+        // The commit point is the store's: it is answered now, and its files are written under
+        // the lock (a reader's openCommitted waits for them).
+        resolve(taken.point);
+        await this.write(taken.captured, t0, taken.point).catch((err: Error) =>
+          this.o.log.warn({ dir: this.o.dir, version: taken.point.version, err: err.message }, "could not write the commit point's index checkpoint; snapshot readers will copy its documents"),
+        );
+      });
+    });
+  }
+
+  /**
+   * The segment files of the commit point `point` opened for reading, with the ids deleted from
+   * each at that point; undefined if the index holds no checkpoint of that point (a newer commit
+   * replaced it, or its checkpoint failed). The files stay readable through the handles even if
+   * a later commit removes their names. The caller closes every handle.
+   */
+  openCommitted(point: CommitPoint): Promise<CommittedSegments | undefined> {
+    // Under the lock: no checkpoint removes a file between the check and the opens.
+    return this.lock.run(async () => {
+      const c = this.committed;
+      if (this.closed || !c || c.point.version !== point.version || c.point.at !== point.at) return undefined;
+      const files: CommittedSegments['files'][number][] = [];
+      try {
+        for (const { name, deleted } of c.segments) {
+          const handle = await open(join(this.o.dir, name), 'r');
+          files.push({ name, deleted, handle, bytes: (await handle.stat()).size });
+        }
+      } catch (err) {
+        await Promise.all(files.map((f) => f.handle.close()));
+        this.o.log.warn({ dir: this.o.dir, err: (err as Error).message }, "a commit point's segment file cannot be opened; it is copied as documents");
+        return undefined;
+      }
+      return { fingerprint: this.o.fingerprint, files };
+    });
+  }
+
+  /** At a durable point (`seq`): seals the buffer, and exports the segments not written yet. */
+  private capture(seq: number): Captured {
+    this.index.seal(this.newName());
+    this.index.dropEmpty();
+    this.dirty = false;
+    return {
+      seq,
+      segments: this.index.segments.map((segment) => ({
+        segment,
+        // Deletes are only ever added, in order: the first `deleted` of the set are those up to seq.
+        deleted: segment.deleted.size,
+        state: this.written.has(segment) ? undefined : segment.index.exportState(),
+      })),
+    };
+  }
+
+  /** Writes what `capture` took: its new segment files, then the commit naming them; with `point`, they are that commit point's. */
+  private async write({ seq, segments }: Captured, t0: number, point?: CommitPoint): Promise<number> {
+    const captureMs = Math.round(performance.now() - t0);
+    const named = segments.map(({ segment, deleted }) => ({ name: segment.name, deleted: first(segment.deleted, deleted) }));
+    let bytes = 0;
+    try {
+      for (const { segment, state } of segments) {
+        if (state === undefined) continue;
+        const size = await this.writeAndReload(segment, state, seq);
+        this.o.onSegmentWritten?.(size);
+        bytes += size;
+      }
+      bytes += await writeCommit(join(this.o.dir, COMMIT_FILE), { seq, fingerprint: this.o.fingerprint, nextFile: this.nextFile, segments: named });
+    } catch (err) {
+      // The next check writes what is missing (hasWork), the last commit still holds.
+      this.dirty = true;
+      throw err;
+    }
+    if (point) this.committed = { point, segments: named };
+    this.lastCheckpointAt = Date.now();
+    await this.removeFilesBut(new Set(named.map((s) => s.name)));
+    await this.o.store.dropChangesThrough(seq);
+    this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');
+    return bytes;
   }
 
   /**
@@ -262,6 +350,7 @@ export class PersistedIndex extends SearchIndexBinding {
     return this.lock.run(async () => {
       this.index = new SegmentedIndex(this.o.schema);
       this.dirty = false;
+      this.committed = undefined;
       await this.removeFilesBut(new Set(), false);
     });
   }
@@ -347,7 +436,8 @@ export class PersistedIndex extends SearchIndexBinding {
    * swapped them must not remove the merge's file).
    */
   private async removeFilesBut(keep: ReadonlySet<string>, keepCommit = true): Promise<void> {
-    const live = new Set(this.index.segments.map((s) => s.name));
+    // The commit point's files stay too: snapshot readers copy them.
+    const live = new Set([...this.index.segments.map((s) => s.name), ...(this.committed?.segments.map((s) => s.name) ?? [])]);
     let names: string[];
     try {
       names = await readdir(this.o.dir);

@@ -3,13 +3,15 @@
 // the machine events and hands the effects back to whoever performs them.
 import type { Logger } from 'pino';
 import { ShardIndex, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
-import type { Reconcile, ReplicaStore, UpdateOp } from '../ulog/index.js';
+import type { CommitPoint, Reconcile, ReplicaStore, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { INITIAL, step, type Health, type Role, type ShardEffect, type ShardEvent, type ShardState } from './shard-state.js';
 
 /** What the replica tells its search index after each batch on disk (ReplicaStore's sink). */
 export interface ReplicaIndex {
   apply(ops: readonly UpdateOp[]): void;
+  /** Records the store's commit point with the index's state at it (a persisted index keeps its segments for snapshot readers). */
+  commit?(): Promise<CommitPoint>;
   /** Empties the index (before the replica's data is replaced by a full copy). */
   clear(): Promise<void> | void;
 }
@@ -117,6 +119,11 @@ export class ShardReplica {
     } catch (err) {
       this.log.error({ replica: this.key, err }, 'the index refused an admitted update; search results may lack it until the replica is rebuilt');
     }
+  }
+
+  /** Records a commit point: what eventual reads see (with the index's segments at it, if it keeps them). */
+  commit(): Promise<CommitPoint> {
+    return this.index?.commit?.() ?? this.store.commit();
   }
 
   /** Makes the given ids hold exactly the leader's entries (see ReplicaStore.reconcile); returns how many changed. */

@@ -124,6 +124,7 @@ export const OPTIONS = {
   diskBudget: int(1, Number.MAX_SAFE_INTEGER, 'evict least recently used shards past this size, bytes', '<bytes>'),
   maxScans: int(1, 1024, 'concurrent scans', '<n>', { default: 8 }),
   drainTimeout: int(0, 3_600_000, 'on stop, how long started scans may finish, ms', '<ms>', { default: DEFAULT_DRAIN_TIMEOUT_MS }),
+  copyDocuments: flag("copy a shard's documents and index them on the reader, not the leader's segment files of the commit point (slower; to compare, or to rule the segment copy out)"),
   nodes: int(1, 32, 'number of nodes', '<n>', { default: 3 }),
   reset: flag('wipe the data directory first: every collection and document in it is gone', { flagOnly: true }),
   shards: int(1, 256, 'shards of the "docs" collection, when it is created (at the first start)', '<n>', { default: 2 }),
@@ -149,7 +150,7 @@ const LIMIT_KEYS = Object.keys(LIMITS) as Array<keyof typeof LIMITS>;
 /** A node's tunables: `shardex node` and `shardex dev` take them alike. */
 const NODE_TUNABLE_KEYS = ['apiKeys', ...LIMIT_KEYS, 'readPriority', 'readQueueSize', 'readTimeout', 'maxInFlight', 'forwardRetries', 'replicaRetries', 'retryPause', 'retryPauseMax', 'callTimeout', 'logRetention', 'deleteRetention', 'writeBufferMb'] as const;
 /** A reader's tunables: `shardex reader` and `shardex dev` take them alike. */
-const READER_TUNABLE_KEYS = ['snapshotExpiry', 'diskBudget', 'maxScans', 'drainTimeout'] as const;
+const READER_TUNABLE_KEYS = ['snapshotExpiry', 'diskBudget', 'maxScans', 'drainTimeout', 'copyDocuments'] as const;
 
 /** The options of each process command; the order is the order of `--help`. */
 export const COMMAND_KEYS = {
@@ -371,6 +372,7 @@ export function readerOptionsOf(t: Partial<ReaderTunables>): Partial<SnapshotRea
     ...(t.diskBudget !== undefined && { diskBudgetBytes: t.diskBudget }),
     ...(t.maxScans !== undefined && { maxScans: t.maxScans }),
     ...(t.drainTimeout !== undefined && { drainTimeoutMs: t.drainTimeout }),
+    ...(t.copyDocuments !== undefined && { copySegments: !t.copyDocuments }),
   };
 }
 

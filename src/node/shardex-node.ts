@@ -1,6 +1,6 @@
 // The node process: hosts shard replicas, serves HTTP for clients and gRPC for peers, and
 // follows the cluster state to open, lead, follow and close its replicas.
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, rm, type FileHandle } from 'node:fs/promises';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -9,9 +9,9 @@ import type { FastifyInstance } from 'fastify';
 import { leaderTargets, rebalancedPreferences, type CollectionSpec, type CollectionState, type Coordinator, type NodeInfo } from '../coordination/index.js';
 import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
-import type { ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
+import type { CopyShardRequest, CopyStreamFile, CopyStreamHeader, ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
-import { PersistedIndex, type CheckpointPolicy } from '../distrib/index-persistence.js';
+import { PersistedIndex, schemaFingerprint, type CheckpointPolicy } from '../distrib/index-persistence.js';
 import { ShardStatsCache } from '../distrib/shard-stats-cache.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
@@ -94,10 +94,6 @@ const CHECKPOINT_CHECK_MS = 250;
 const MERGE_HOLD_MAX_MS = 60_000;
 
 /** What a replica's persisted index depends on besides its documents: the declared fields (and the default analyzer). */
-export function schemaFingerprint(state: CollectionState): string {
-  return JSON.stringify({ fields: state.fields ?? null, analyzer: 'standard' });
-}
-
 export const DEFAULT_READ_QUEUE_SIZE = 100;
 export const DEFAULT_READ_TIMEOUT_MS = 30_000;
 
@@ -498,7 +494,7 @@ export class ShardexNode {
     const { index, report } = await PersistedIndex.open({
       dir: this.replicaDir(collection, shard),
       schema: this.schemaOf(collection),
-      fingerprint: schemaFingerprint(this.knownCollection(collection)),
+      fingerprint: schemaFingerprint(this.knownCollection(collection).fields),
       store,
       log: this.log.child({ replica: key }),
       ...(this.o.checkpointPolicy && { policy: this.o.checkpointPolicy }),
@@ -614,17 +610,34 @@ export class ShardexNode {
   }
 
   /** A shard's documents in chunks: its current state (recovery) or its latest commit point (readers). */
-  private async *onPeerCopy(req: ShardRef & { commit?: boolean }): AsyncGenerator<StoredEntry[]> {
+  /**
+   * A full copy of a replica, in arrays of entries: its current entries, or those of its latest
+   * commit point. A snapshot reader asks for the commit point's index segments too: they come
+   * first (CopyStreamHeader), read from files the index keeps for that point.
+   */
+  private async *onPeerCopy(req: CopyShardRequest): AsyncGenerator<StoredEntry[] | CopyStreamHeader | CopyStreamFile> {
     const replica = this.localReplica(req.collection, req.shard);
-    let chunk: StoredEntry[] = [];
-    for await (const e of req.commit ? replica.store.commitEntries() : replica.store.entries()) {
-      chunk.push(e);
-      if (chunk.length === 1000) {
-        yield chunk;
-        chunk = [];
-      }
+    if (!req.commit) {
+      yield* inChunks(replica.store.entries());
+      return;
     }
-    if (chunk.length > 0) yield chunk;
+    const held = replica.store.openCommit();
+    try {
+      if (req.segments) {
+        const committed = held && replica.index instanceof PersistedIndex ? await replica.index.openCommitted(held.point) : undefined;
+        try {
+          yield { segments: committed ? { version: held!.point.version, fingerprint: committed.fingerprint, files: committed.files.map(({ name, bytes, deleted }) => ({ name, bytes, deleted })) } : null };
+          for (const f of committed?.files ?? []) {
+            for await (const data of readChunks(f.handle, f.bytes)) yield { file: f.name, data: data.toString('base64') };
+          }
+        } finally {
+          await Promise.all(committed?.files.map((f) => f.handle.close()) ?? []);
+        }
+      }
+      if (held) yield* inChunks(held.entries());
+    } finally {
+      await held?.release();
+    }
   }
 
   private syncSource(node: string, collection: string, shard: string): SyncSource {
@@ -676,7 +689,7 @@ export class ShardexNode {
     // leads, so that every commit acknowledged by an earlier leader (whose writes it now holds)
     // stays visible to eventual reads. Uncommitted writes it holds become visible with it, as
     // after a restart.
-    await replica.store.commit().then(
+    await replica.commit().then(
       () => this.m.commits.inc({ replica: replica.key }),
       (err: Error) => this.log.warn({ replica: replica.key, err: err.message }, 'could not record the new leadership\'s commit point'),
     );
@@ -825,7 +838,7 @@ export class ShardexNode {
     if (ms <= 0) return;
     const t = setInterval(() => {
       if (replica.role !== 'leader' || this.stopped) return;
-      replica.store.commit().then(
+      replica.commit().then(
         () => this.m.commits.inc({ replica: replica.key }),
         (err) => this.log.warn({ replica: replica.key, err: (err as Error).message }, 'auto-commit failed'),
       );
@@ -1216,7 +1229,7 @@ export class ShardexNode {
   private async commitLocal(collection: string, shard: string): Promise<CommitPoint> {
     const replica = this.replica(collection, shard);
     if (!replica) throw new ShardexError('SHX_NOT_FOUND', `${this.name} hosts no replica of ${collection}/${shard}`);
-    const point = await replica.store.commit();
+    const point = await replica.commit();
     this.m.commits.inc({ replica: replica.key });
     return point;
   }
@@ -1343,3 +1356,29 @@ const SEE_RECOVERING_POLLS = 40;
 const CATCH_UP_BACKOFF = nodeRetryBackoff(50, 1000);
 /** Tries after the first to catch up with a new leader (about 90 s of pauses). */
 const CATCH_UP_RETRIES = 99;
+
+/** Entries in arrays of up to 1,000 (the messages of a copy). */
+async function* inChunks(entries: AsyncIterable<StoredEntry>): AsyncGenerator<StoredEntry[]> {
+  let chunk: StoredEntry[] = [];
+  for await (const e of entries) {
+    chunk.push(e);
+    if (chunk.length === 1000) {
+      yield chunk;
+      chunk = [];
+    }
+  }
+  if (chunk.length > 0) yield chunk;
+}
+
+const FILE_CHUNK = 512 * 1024;
+
+/** The first `bytes` of a file, in pieces of at most 512 KiB. */
+async function* readChunks(handle: FileHandle, bytes: number): AsyncGenerator<Buffer> {
+  for (let at = 0; at < bytes; ) {
+    const buf = Buffer.allocUnsafe(Math.min(FILE_CHUNK, bytes - at));
+    const { bytesRead } = await handle.read(buf, 0, buf.length, at);
+    if (bytesRead === 0) throw new ShardexError('SHX_INTERNAL', `a segment file ended at ${at} of its ${bytes} bytes while it was copied`);
+    yield bytesRead === buf.length ? buf : buf.subarray(0, bytesRead);
+    at += bytesRead;
+  }
+}

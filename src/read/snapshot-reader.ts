@@ -17,17 +17,18 @@
 // Stopping drains: new scans (and queued ones) are answered BUSY at once, so the selector
 // picks another reader without delay; started scans finish; then the reader deregisters and
 // closes.
-import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { mkdir, open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
 import type { Coordinator, NodeInfo } from '../coordination/index.js';
-import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
+import { SearchIndexBinding, ShardReplica, type BoundIndex } from '../distrib/replica.js';
+import { isSegmentFile, schemaFingerprint } from '../distrib/index-persistence.js';
 import { servePhase, type ShardPhaseRequest } from '../distrib/search.js';
-import { parseSchema } from '../index/index.js';
+import { loadSegment, parseSchema, SegmentedIndex, ShardIndex, type CollectionSchema, type Segment, type StoredDoc } from '../index/index.js';
 import { ShardexError } from '../errors.js';
-import { PeerClients, PeerServer, type TlsMaterial } from '../transport/index.js';
+import { PeerClients, PeerServer, type CopyStreamFile, type CopyStreamHeader, type TlsMaterial } from '../transport/index.js';
 import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 import { ReplicaStore } from '../ulog/index.js';
 import { readAccessOf, type ApiKey } from '../node/http/auth.js';
@@ -81,6 +82,8 @@ export interface SnapshotReaderOptions {
   readonly tls?: TlsMaterial;
   /** API keys of the reader's HTTP port (`--api-keys`): everything but /health then needs a valid key. */
   readonly apiKeys?: readonly ApiKey[];
+  /** Copy the leader's segment files of a commit point (default), or only its documents, indexed here (`--copy-documents`). */
+  readonly copySegments?: boolean;
   /** The clock of snapshot ages, ms (tests inject one). */
   readonly now?: () => number;
 }
@@ -103,6 +106,8 @@ interface CachedShard {
   users: number;
   /** Replaced by a new copy, or evicted: closed when its last user lets go. */
   retired: boolean;
+  /** How the copy's index was made: the leader's segments loaded, or its documents indexed here. */
+  readonly index: 'segments' | 'documents';
 }
 
 interface LeaderCommitInfo {
@@ -126,7 +131,7 @@ export class SnapshotReader {
   private readonly busyCounter: Counter;
   private readonly servedCounter: Counter;
   private readonly refreshCounter: Counter;
-  private readonly cache: { readonly hits: Counter; readonly misses: Counter; readonly copies: Counter; readonly evictions: Counter };
+  private readonly cache: { readonly hits: Counter; readonly misses: Counter; readonly copies: Counter; readonly evictions: Counter; readonly indexed: Counter };
   private readonly now: () => number;
   private readonly expiryMs: number;
   private generation = 0;
@@ -151,6 +156,7 @@ export class SnapshotReader {
       misses: counter('shardex_reader_cache_misses_total', 'Scans that found their shard not cached (and waited for a copy)'),
       copies: counter('shardex_reader_copies_total', "Full copies of a shard's commit point made from its leader (first use, or a log that no longer reaches back)"),
       evictions: counter('shardex_reader_evictions_total', 'Cached shards evicted past the disk budget'),
+      indexed: counter('shardex_reader_copy_indexed_docs_total', "Documents a full copy indexed itself, because the leader sent no usable segments for its commit point (0 when copies load the leader's segments)"),
     };
     const shards = this.shards;
     new Gauge({
@@ -220,7 +226,7 @@ export class SnapshotReader {
       group: this.group,
       snapshotExpiryMs: this.expiryMs,
       draining: this.pool.draining,
-      shards: [...this.shards.values()].map((s) => ({ shard: s.key, snapshot: s.commit.version, docs: s.replica.store.docCount, fetchedAt: Math.round(s.checkedAt) })),
+      shards: [...this.shards.values()].map((s) => ({ shard: s.key, snapshot: s.commit.version, docs: s.replica.store.docCount, index: s.index, fetchedAt: Math.round(s.checkedAt) })),
       scans: { running: this.pool.running, waiting: this.pool.waiting, served: this.pool.served, busy: this.pool.busy },
     };
   }
@@ -364,25 +370,28 @@ export class SnapshotReader {
     if (!state) throw new ShardexError('SHX_COLLECTION_NOT_FOUND', `collection '${collection}' does not exist`);
     const dir = join(this.o.dataDir, collection, `${shard}.${this.generation++}`);
     await rm(dir, { recursive: true, force: true });
-    // A copy that is refreshed in place for as long as it is cached: no change journal (it has no persisted index).
-    const store = await ReplicaStore.open(dir, { logRetention: 1, journalChanges: false });
+    // A copy that is refreshed in place for as long as it is cached: no change journal (it has no
+    // persisted index), and no sync per batch (a cache: a reader that restarts copies again).
+    const store = await ReplicaStore.open(dir, { logRetention: 1, journalChanges: false, durability: { mode: 'async', syncIntervalMs: 60_000 } });
     const replica = new ShardReplica(collection, shard, store, this.log);
-    const binding = new SearchIndexBinding(parseSchema(state.fields));
-    replica.index = binding;
+    const schema = parseSchema(state.fields);
     try {
       const leader = this.leaderOf(collection, shard);
       const asked = this.now();
       this.refreshCounter.inc();
       const info = await this.peers.call<LeaderCommitInfo>(leader, 'versions', { collection, shard });
       const commit = info.commit ?? { version: 0, at: 0 };
-      const copy = this.peers.streamCall<StoredEntry[]>(leader, 'copyShard', { collection, shard, commit: true });
-      for await (const chunk of untilStalled(copy, this.o.copyStallMs ?? DEFAULT_COPY_STALL_MS, `copying ${key} from ${leader}`)) await replica.apply(chunk);
-      const cached: CachedShard = { key, dir, replica, binding, commit, checkedAt: asked, lastUsed: this.now(), users: 0, retired: false };
+      const copy = this.peers.streamCall<StoredEntry[] | CopyStreamHeader | CopyStreamFile>(leader, 'copyShard', { collection, shard, commit: true, segments: this.o.copySegments ?? true });
+      const copied = await this.copyInto(dir, replica, untilStalled(copy, this.o.copyStallMs ?? DEFAULT_COPY_STALL_MS, `copying ${key} from ${leader}`));
+      const index = await this.indexOf(copied, dir, store, schema, schemaFingerprint(state.fields), key);
+      const binding = new SearchIndexBinding(schema, index.index);
+      replica.index = binding;
+      const cached: CachedShard = { key, dir, replica, binding, commit, checkedAt: asked, lastUsed: this.now(), users: 0, retired: false, index: index.how };
       this.cache.copies.inc();
       const previous = this.shards.get(key);
       this.shards.set(key, cached);
       if (previous) void this.retire(previous);
-      this.log.info({ shard: key, snapshot: commit.version, docs: store.docCount }, 'snapshot copied');
+      this.log.info({ shard: key, snapshot: commit.version, docs: store.docCount, index: index.how, segments: copied?.files.length ?? 0 }, 'snapshot copied');
       void this.evict().catch((err) => this.log.warn({ err }, 'eviction failed'));
       return cached;
     } catch (err) {
@@ -390,6 +399,77 @@ export class SnapshotReader {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * Reads a copy stream into `replica`: the commit point's segment files into `dir` (when the
+   * leader sends them), its entries into the store (not indexed: see indexOf). Returns the
+   * segments the header named (null: none came).
+   */
+  private async copyInto(dir: string, replica: ShardReplica, messages: AsyncIterable<StoredEntry[] | CopyStreamHeader | CopyStreamFile>): Promise<CopyStreamHeader['segments']> {
+    let segments: CopyStreamHeader['segments'] = null;
+    let file: { name: string; handle: FileHandle } | undefined;
+    replica.index = undefined;
+    try {
+      for await (const m of messages) {
+        if (Array.isArray(m)) {
+          await file?.handle.close();
+          file = undefined;
+          await replica.apply(m);
+        } else if ('segments' in m) {
+          const bad = m.segments?.files.find((f) => !isSegmentFile(f.name) || f.name.includes('/'));
+          if (bad) throw new ShardexError('SHX_INTERNAL', `the leader named '${bad.name}' as a segment file to copy, which is not a segment file's name`);
+          segments = m.segments;
+        } else {
+          if (!segments?.files.some((f) => f.name === m.file)) throw new ShardexError('SHX_INTERNAL', `the leader sent segment file '${m.file}', which its copy header did not name`);
+          if (file?.name !== m.file) {
+            await file?.handle.close();
+            file = { name: m.file, handle: await open(join(dir, m.file), 'wx') };
+          }
+          await file.handle.write(Buffer.from(m.data, 'base64'));
+        }
+      }
+    } finally {
+      await file?.handle.close();
+    }
+    return segments;
+  }
+
+  /**
+   * The copy's search index: the leader's segments loaded (each one's deletes applied), or, when
+   * none came or one cannot be loaded (damaged in transit, another schema), the copied documents
+   * indexed here.
+   */
+  private async indexOf(copied: CopyStreamHeader['segments'], dir: string, store: ReplicaStore, schema: CollectionSchema, fingerprint: string, key: string): Promise<{ index: BoundIndex; how: 'segments' | 'documents' }> {
+    if (copied) {
+      const segments: Segment[] = [];
+      let problem: string | undefined;
+      for (const f of copied.files) {
+        const loaded = await loadSegment(join(dir, f.name), schema, fingerprint);
+        if (!loaded.ok) {
+          problem = `segment ${f.name}: ${loaded.problem}`;
+          break;
+        }
+        for (const id of f.deleted) loaded.index.delete(id);
+        segments.push({ name: f.name, index: loaded.index, deleted: new Set(f.deleted) });
+      }
+      if (problem === undefined) return { index: new SegmentedIndex(schema, segments), how: 'segments' };
+      this.log.warn({ shard: key, problem }, "a copied segment cannot be used; indexing the copy's documents instead");
+    }
+    const index = new ShardIndex(schema);
+    let n = 0;
+    for await (const e of store.entries()) {
+      if (e.doc === null) continue;
+      try {
+        index.add(e.id, e.doc as StoredDoc);
+        n++;
+      } catch (err) {
+        // Only data written before admission existed can hold such a document: keep the copy usable.
+        this.log.error({ shard: key, id: e.id, err }, 'a copied document the index refuses was left out of the search index');
+      }
+    }
+    this.cache.indexed.inc(n);
+    return { index, how: 'documents' };
   }
 
   /** Moves a cached shard to the leader's newest commit point: the log between the two, or a new copy. */

@@ -56,7 +56,27 @@ export const UpdatesAfterRequest = ShardRef.extend({
   digest: z.boolean().optional(),
   only: z.array(z.number().nonnegative()).max(10_000).optional(),
 });
-export const CopyShardRequest = ShardRef.extend({ commit: z.boolean().optional() });
+/**
+ * A full copy of a shard: its current entries, or (`commit`) those of its latest commit point.
+ * With `segments` (a snapshot reader) the stream opens with the commit point's index segments
+ * (see CopyStreamHeader), so that the reader need not index the documents again.
+ */
+export const CopyShardRequest = ShardRef.extend({ commit: z.boolean().optional(), segments: z.boolean().optional() });
+
+/**
+ * The first message of a copy with `segments`: the commit point's segment files (each then sent
+ * as `{ file, data }` messages, data in base64, in this order) or null when the leader has none
+ * for it. Arrays of entries follow, as in every copy.
+ */
+export interface CopyStreamHeader {
+  readonly segments: { readonly version: number; readonly fingerprint: string; readonly files: ReadonlyArray<{ readonly name: string; readonly bytes: number; readonly deleted: readonly string[] }> } | null;
+}
+
+/** A piece of a segment file in a copy with `segments`. */
+export interface CopyStreamFile {
+  readonly file: string;
+  readonly data: string;
+}
 
 export type GetRequest = z.infer<typeof GetRequest>;
 export type SearchRequest = z.infer<typeof SearchRequest>;

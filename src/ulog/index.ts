@@ -1,1 +1,1 @@
-export { ReplicaStore, docText, encodeEntry, decodeEntry, type Doc, type UpdateOp, type StoredEntry, type CommitPoint, type LogDigest, type ReplicaStoreOptions, type Reconcile, type Durability, type DurabilityMode, type StoreWrite, DEFAULT_DURABILITY } from './replica-store.js';
+export { ReplicaStore, docText, encodeEntry, decodeEntry, type Doc, type UpdateOp, type StoredEntry, type CommitPoint, type HeldCommit, type LogDigest, type ReplicaStoreOptions, type Reconcile, type Durability, type DurabilityMode, type StoreWrite, DEFAULT_DURABILITY } from './replica-store.js';

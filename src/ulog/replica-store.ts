@@ -40,6 +40,14 @@ export interface CommitPoint {
   readonly at: number;
 }
 
+/** A commit point held for copying (ReplicaStore.openCommit). */
+export interface HeldCommit {
+  readonly point: CommitPoint;
+  /** Its entries (tombstones included), in id order; read once. */
+  entries(): AsyncGenerator<StoredEntry>;
+  release(): Promise<void>;
+}
+
 /** Elasticsearch's index.translog.durability: `request` syncs before answering, `async` on a timer. */
 export type DurabilityMode = 'request' | 'async';
 
@@ -880,33 +888,60 @@ export class ReplicaStore {
   /**
    * Records a commit point: the state with every write issued so far, as a LevelDB snapshot
    * that snapshot readers copy. Taken on the write chain, so the snapshot holds exactly the
-   * versions up to the point's version.
+   * versions up to the point's version. `atPoint` runs at that same moment, before anything
+   * later is applied: the sink's state then is the snapshot's (the persisted index captures its
+   * segments there), and its result comes back with the point.
    */
-  commit(): Promise<CommitPoint> {
+  commit(): Promise<CommitPoint>;
+  commit<T>(atPoint: (point: CommitPoint, seq: number) => T): Promise<{ point: CommitPoint; captured: T }>;
+  commit<T>(atPoint?: (point: CommitPoint, seq: number) => T): Promise<CommitPoint | { point: CommitPoint; captured: T }> {
     const taken = this.writeChain.then(async () => {
       const point: CommitPoint = { version: this.durableMax, at: Date.now() };
       const old = this.commitSnapshot;
       this.commitSnapshot = { point, snapshot: this.db.snapshot(), copies: 0 };
       this.commitPoint = point;
+      const captured = atPoint?.(point, this.appliedSeq);
       await this.db.put(COMMIT, JSON.stringify(point));
       // A snapshot being copied is closed by its last copy (an iterator cannot use a closing one).
       if (old && old.copies === 0) await old.snapshot.close();
-      return point;
+      return atPoint ? { point, captured: captured as T } : point;
     });
     this.writeChain = taken.catch(() => undefined);
     return taken;
   }
 
   /** The entries of the latest commit point (tombstones included), in id order. */
-  async *commitEntries(): AsyncGenerator<StoredEntry> {
+  commitEntries(): AsyncGenerator<StoredEntry> {
+    return this.openCommit()?.entries() ?? (async function* () {})();
+  }
+
+  /**
+   * The latest commit point, held from now: its entries are read from the snapshot taken with it
+   * even if a newer commit replaces it meanwhile. `release()` (idempotent; reading the entries to
+   * their end or stopping early calls it) lets the snapshot go.
+   */
+  openCommit(): HeldCommit | undefined {
     const c = this.commitSnapshot;
-    if (!c) return;
+    if (!c) return undefined;
     c.copies++;
-    try {
-      for await (const [, value] of this.db.iterator({ gte: DOC, lt: DOC_END, snapshot: c.snapshot })) yield decodeEntry(value);
-    } finally {
+    const db = this.db;
+    let held = true;
+    const release = async (): Promise<void> => {
+      if (!held) return;
+      held = false;
       if (--c.copies === 0 && this.commitSnapshot !== c) await c.snapshot.close();
-    }
+    };
+    return {
+      point: c.point,
+      release,
+      async *entries() {
+        try {
+          for await (const [, value] of db.iterator({ gte: DOC, lt: DOC_END, snapshot: c.snapshot })) yield decodeEntry(value);
+        } finally {
+          await release();
+        }
+      },
+    };
   }
 
   private async trim(): Promise<void> {
