@@ -1,8 +1,8 @@
 // A snapshot reader's first copy of a collection (issue 11): one `shardex node` on a local
 // ZooKeeper holding N corpus documents in 2 shards, committed; then, one after the other, fresh
 // `shardex reader` processes that load the leader's segment files of the commit point (the
-// default) and readers that copy the documents and index them themselves (`--copy-documents`:
-// how every copy was made before; the baseline), each asked one eventual search that must count
+// default) and readers that copy the documents and index them themselves (`--copy-documents`,
+// the baseline; both copy the documents the same way), each asked one eventual search that must count
 // every document. Printed: the time of that first search (the copy of both shards), the reader's
 // CPU during it, and its RSS after, side by side, as medians over the rounds.
 import { fmt, ingestCorpus, httpRequest, log, parseFlags, percentile, postJson, rssOf, startZkCluster, waitSettled } from './lib.mjs';

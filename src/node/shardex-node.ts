@@ -9,7 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import { leaderTargets, rebalancedPreferences, type CollectionSpec, type CollectionState, type Coordinator, type NodeInfo } from '../coordination/index.js';
 import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
-import type { CopyShardRequest, CopyStreamFile, CopyStreamHeader, ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
+import type { CopyShardRequest, CopyStreamFile, CopyStreamHeader, CopyStreamRaw, ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
 import { PersistedIndex, schemaFingerprint, type CheckpointPolicy } from '../distrib/index-persistence.js';
 import { ShardStatsCache } from '../distrib/shard-stats-cache.js';
@@ -615,7 +615,7 @@ export class ShardexNode {
    * commit point. A snapshot reader asks for the commit point's index segments too: they come
    * first (CopyStreamHeader), read from files the index keeps for that point.
    */
-  private async *onPeerCopy(req: CopyShardRequest): AsyncGenerator<StoredEntry[] | CopyStreamHeader | CopyStreamFile> {
+  private async *onPeerCopy(req: CopyShardRequest): AsyncGenerator<StoredEntry[] | CopyStreamHeader | CopyStreamFile | CopyStreamRaw> {
     const replica = this.localReplica(req.collection, req.shard);
     if (!req.commit) {
       yield* inChunks(replica.store.entries());
@@ -634,7 +634,8 @@ export class ShardexNode {
           await Promise.all(committed?.files.map((f) => f.handle.close()) ?? []);
         }
       }
-      if (held) yield* inChunks(held.entries());
+      if (held && req.raw) for await (const raw of inChunks(held.values())) yield { raw };
+      else if (held) yield* inChunks(held.entries());
     } finally {
       await held?.release();
     }
@@ -1358,8 +1359,8 @@ const CATCH_UP_BACKOFF = nodeRetryBackoff(50, 1000);
 const CATCH_UP_RETRIES = 99;
 
 /** Entries in arrays of up to 1,000 (the messages of a copy). */
-async function* inChunks(entries: AsyncIterable<StoredEntry>): AsyncGenerator<StoredEntry[]> {
-  let chunk: StoredEntry[] = [];
+async function* inChunks<T>(entries: AsyncIterable<T>): AsyncGenerator<T[]> {
+  let chunk: T[] = [];
   for await (const e of entries) {
     chunk.push(e);
     if (chunk.length === 1000) {

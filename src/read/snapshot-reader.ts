@@ -28,7 +28,7 @@ import { isSegmentFile, schemaFingerprint } from '../distrib/index-persistence.j
 import { servePhase, type ShardPhaseRequest } from '../distrib/search.js';
 import { loadSegment, parseSchema, SegmentedIndex, ShardIndex, type CollectionSchema, type Segment, type StoredDoc } from '../index/index.js';
 import { ShardexError } from '../errors.js';
-import { PeerClients, PeerServer, type CopyStreamFile, type CopyStreamHeader, type TlsMaterial } from '../transport/index.js';
+import { PeerClients, PeerServer, type CopyStreamFile, type CopyStreamHeader, type CopyStreamRaw, type TlsMaterial } from '../transport/index.js';
 import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 import { ReplicaStore } from '../ulog/index.js';
 import { readAccessOf, type ApiKey } from '../node/http/auth.js';
@@ -82,11 +82,14 @@ export interface SnapshotReaderOptions {
   readonly tls?: TlsMaterial;
   /** API keys of the reader's HTTP port (`--api-keys`): everything but /health then needs a valid key. */
   readonly apiKeys?: readonly ApiKey[];
-  /** Copy the leader's segment files of a commit point (default), or only its documents, indexed here (`--copy-documents`). */
+  /** Copy the leader's segment files of a commit point (default), or only its documents, indexed here (`--copy-documents`: to compare, or to rule the segment copy out). */
   readonly copySegments?: boolean;
   /** The clock of snapshot ages, ms (tests inject one). */
   readonly now?: () => number;
 }
+
+/** The messages of a copy stream (see CopyShardRequest). */
+type CopyMessage = StoredEntry[] | CopyStreamHeader | CopyStreamFile | CopyStreamRaw;
 
 const DEFAULT_SNAPSHOT_EXPIRY_MS = 5000;
 export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
@@ -381,7 +384,7 @@ export class SnapshotReader {
       this.refreshCounter.inc();
       const info = await this.peers.call<LeaderCommitInfo>(leader, 'versions', { collection, shard });
       const commit = info.commit ?? { version: 0, at: 0 };
-      const copy = this.peers.streamCall<StoredEntry[] | CopyStreamHeader | CopyStreamFile>(leader, 'copyShard', { collection, shard, commit: true, segments: this.o.copySegments ?? true });
+      const copy = this.peers.streamCall<CopyMessage>(leader, 'copyShard', { collection, shard, commit: true, segments: this.o.copySegments ?? true, raw: true });
       const copied = await this.copyInto(dir, replica, untilStalled(copy, this.o.copyStallMs ?? DEFAULT_COPY_STALL_MS, `copying ${key} from ${leader}`));
       const index = await this.indexOf(copied, dir, store, schema, schemaFingerprint(state.fields), key);
       const binding = new SearchIndexBinding(schema, index.index);
@@ -406,16 +409,18 @@ export class SnapshotReader {
    * leader sends them), its entries into the store (not indexed: see indexOf). Returns the
    * segments the header named (null: none came).
    */
-  private async copyInto(dir: string, replica: ShardReplica, messages: AsyncIterable<StoredEntry[] | CopyStreamHeader | CopyStreamFile>): Promise<CopyStreamHeader['segments']> {
+  private async copyInto(dir: string, replica: ShardReplica, messages: AsyncIterable<CopyMessage>): Promise<CopyStreamHeader['segments']> {
     let segments: CopyStreamHeader['segments'] = null;
     let file: { name: string; handle: FileHandle } | undefined;
     replica.index = undefined;
     try {
       for await (const m of messages) {
-        if (Array.isArray(m)) {
+        if (Array.isArray(m) || 'raw' in m) {
           await file?.handle.close();
           file = undefined;
-          await replica.apply(m);
+          // A leader of an earlier version sends arrays of entries.
+          if (Array.isArray(m)) await replica.apply(m);
+          else await replica.store.loadCopy(m.raw);
         } else if ('segments' in m) {
           const bad = m.segments?.files.find((f) => !isSegmentFile(f.name) || f.name.includes('/'));
           if (bad) throw new ShardexError('SHX_INTERNAL', `the leader named '${bad.name}' as a segment file to copy, which is not a segment file's name`);

@@ -59,9 +59,10 @@ export const UpdatesAfterRequest = ShardRef.extend({
 /**
  * A full copy of a shard: its current entries, or (`commit`) those of its latest commit point.
  * With `segments` (a snapshot reader) the stream opens with the commit point's index segments
- * (see CopyStreamHeader), so that the reader need not index the documents again.
+ * (see CopyStreamHeader), so that the reader need not index the documents again. With `raw`
+ * (and `commit`) the entries come as stored (CopyStreamRaw), not as arrays of entries.
  */
-export const CopyShardRequest = ShardRef.extend({ commit: z.boolean().optional(), segments: z.boolean().optional() });
+export const CopyShardRequest = ShardRef.extend({ commit: z.boolean().optional(), segments: z.boolean().optional(), raw: z.boolean().optional() });
 
 /**
  * The first message of a copy with `segments`: the commit point's segment files (each then sent
@@ -70,6 +71,11 @@ export const CopyShardRequest = ShardRef.extend({ commit: z.boolean().optional()
  */
 export interface CopyStreamHeader {
   readonly segments: { readonly version: number; readonly fingerprint: string; readonly files: ReadonlyArray<{ readonly name: string; readonly bytes: number; readonly deleted: readonly string[] }> } | null;
+}
+
+/** Entries of a copy with `raw`: each as its store keeps it (encodeEntry's text). */
+export interface CopyStreamRaw {
+  readonly raw: readonly string[];
 }
 
 /** A piece of a segment file in a copy with `segments`. */

@@ -43,8 +43,10 @@ export interface CommitPoint {
 /** A commit point held for copying (ReplicaStore.openCommit). */
 export interface HeldCommit {
   readonly point: CommitPoint;
-  /** Its entries (tombstones included), in id order; read once. */
+  /** Its entries (tombstones included), in id order; read once (this or values). */
   entries(): AsyncGenerator<StoredEntry>;
+  /** The same as stored (encodeEntry's text), for ReplicaStore.loadCopy. */
+  values(): AsyncGenerator<string>;
   release(): Promise<void>;
 }
 
@@ -173,6 +175,30 @@ export function encodeEntry(op: UpdateOp): string {
 export function decodeEntry(text: string): StoredEntry {
   const e = JSON.parse(text) as { id: string; v: number; doc: Doc | null };
   return { id: e.id, version: e.v, doc: e.doc };
+}
+
+const DOC_NULL = ',"doc":null}';
+
+/** The id, version and liveness of a stored entry's text, without parsing its document. */
+export function entryHead(text: string): { id: string; version: number; live: boolean } {
+  // encodeEntry's layout: {"id":<JSON string>,"v":<version>,"doc":<document or null>}
+  if (text.startsWith('{"id":"')) {
+    let end = 7;
+    while (end < text.length) {
+      const c = text.charCodeAt(end);
+      if (c === 0x5c) end += 2;
+      else if (c === 0x22) break;
+      else end++;
+    }
+    const v = end + 1;
+    const docAt = text.startsWith(',"v":', v) ? text.indexOf(',"doc":', v + 5) : -1;
+    const version = docAt < 0 ? NaN : Number(text.slice(v + 5, docAt));
+    if (Number.isSafeInteger(version)) {
+      return { id: JSON.parse(text.slice(6, end + 1)) as string, version, live: !(docAt === text.length - DOC_NULL.length && text.endsWith(DOC_NULL)) };
+    }
+  }
+  const e = decodeEntry(text);
+  return { id: e.id, version: e.version, live: e.doc !== null };
 }
 
 /** An id and the leader's entry for it (undefined: the leader has none). */
@@ -637,7 +663,8 @@ export class ReplicaStore {
     if (extras.logAdded) for (const v of extras.logAdded) p.logAdded.push(v);
     if (extras.logRemoved) for (const v of extras.logRemoved) p.logRemoved.push(v);
     p.sync ||= sync;
-    p.applies++;
+    // A durable point or a timed sync joins a batch without being one of its applies.
+    if (extras.applied) p.applies++;
     return p.done;
   }
 
@@ -931,17 +958,40 @@ export class ReplicaStore {
       held = false;
       if (--c.copies === 0 && this.commitSnapshot !== c) await c.snapshot.close();
     };
+    const values = async function* (): AsyncGenerator<string> {
+      try {
+        for await (const value of db.values({ gte: DOC, lt: DOC_END, snapshot: c.snapshot })) yield value;
+      } finally {
+        await release();
+      }
+    };
     return {
       point: c.point,
       release,
+      values,
       async *entries() {
-        try {
-          for await (const [, value] of db.iterator({ gte: DOC, lt: DOC_END, snapshot: c.snapshot })) yield decodeEntry(value);
-        } finally {
-          await release();
-        }
+        for await (const value of values()) yield decodeEntry(value);
       },
     };
+  }
+
+  /**
+   * Fills a store that nothing was applied to with a commit point's entries as another store
+   * keeps them (HeldCommit.values): documents and tombstones, without log entries, journal or
+   * search index (a snapshot reader's copy: its index comes as segment files). Nothing is
+   * parsed but each entry's id and version. Later applies compare versions with these entries.
+   */
+  loadCopy(values: readonly string[]): Promise<void> {
+    if (this.logCount > 0) return Promise.reject(new ShardexError('SHX_INTERNAL', 'a copy is loaded only into a store nothing was applied to'));
+    const batch: BatchOp[] = [];
+    for (const value of values) {
+      const { id, version, live } = entryHead(value);
+      batch.push({ type: 'put', key: docKey(id), value });
+      if (live) this.liveDocs++;
+      if (version > this.maxVersionSeen) this.maxVersionSeen = version;
+    }
+    batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
+    return this.enqueue(batch, false, []);
   }
 
   private async trim(): Promise<void> {
