@@ -6,9 +6,9 @@ import { readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promis
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { describe, expect, it, vi } from 'vitest';
-import { COMMIT_FILE, isIndexFile, isSegmentFile, PersistedIndex } from '../src/distrib/index-persistence.js';
+import { COMMIT_FILE, isIndexFile, isSegmentFile, loadSegments, PersistedIndex } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
-import { decodeSegment, encodeSegment, loadSegment, parseSchema, SegmentedIndex, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
+import { decodeSegment, encodeSegment, parseSchema, SegmentedIndex, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
 import { useTempStores } from './support/temp-stores.js';
 
@@ -429,15 +429,10 @@ describe('a replica index on disk', () => {
     const names = committed!.files.map((f) => f.name);
     // The merge replaced the commit point's segments; their files stay for readers.
     expect(names.some((n) => index.index.segments.every((s) => s.name !== n))).toBe(true);
-    const segments = [];
-    for (const f of committed!.files) {
-      const loaded = await loadSegment(join(tmp.dir, f.name), schema, FINGERPRINT);
-      if (!loaded.ok) throw new Error(loaded.problem);
-      for (const id of f.deleted) loaded.index.delete(id);
-      segments.push({ name: f.name, index: loaded.index, deleted: new Set(f.deleted) });
-    }
+    const loaded = await loadSegments(tmp.dir, committed!.files, schema, FINGERPRINT);
+    if (!loaded.ok) throw new Error(loaded.problem);
     // Exactly the commit point: d4 deleted, d1 and d31 not yet, d62 as it was.
-    expect(results(new SegmentedIndex(schema, segments) as unknown as ShardIndex)).toEqual(atCommit);
+    expect(results(new SegmentedIndex(schema, loaded.segments) as unknown as ShardIndex)).toEqual(atCommit);
     expect(committed!.files.find((f) => f.deleted.includes('d4'))).toBeDefined();
     expect(committed!.files.flatMap((f) => f.deleted)).not.toContain('d1');
 

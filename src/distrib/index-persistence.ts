@@ -110,6 +110,28 @@ interface Captured {
   readonly segments: ReadonlyArray<{ readonly segment: Segment; readonly deleted: number; readonly state: ShardIndexState | undefined }>;
 }
 
+/**
+ * Loads the segment files `entries` names in `dir`, each with its deleted ids applied (the index
+ * of a commit, or of a commit point a snapshot reader copied); or says which one cannot be used.
+ */
+export async function loadSegments(
+  dir: string,
+  entries: readonly CommittedSegment[],
+  schema: CollectionSchema,
+  fingerprint: string,
+): Promise<{ readonly ok: true; readonly segments: Segment[]; readonly bytes: number } | { readonly ok: false; readonly problem: string }> {
+  const segments: Segment[] = [];
+  let bytes = 0;
+  for (const entry of entries) {
+    const loaded = await loadSegment(join(dir, entry.name), schema, fingerprint);
+    if (!loaded.ok) return { ok: false, problem: `segment ${entry.name}: ${loaded.problem}` };
+    for (const id of entry.deleted) loaded.index.delete(id);
+    segments.push({ name: entry.name, index: loaded.index, deleted: new Set(entry.deleted) });
+    bytes += loaded.bytes;
+  }
+  return { ok: true, segments, bytes };
+}
+
 /** Identifies a collection's schema and analyzer: index files written for another are not used. */
 export function schemaFingerprint(fields: unknown): string {
   return JSON.stringify({ fields: fields ?? null, analyzer: 'standard' });
@@ -158,19 +180,10 @@ export class PersistedIndex extends SearchIndexBinding {
       if (info.fingerprint !== o.fingerprint) problem = 'it was written for another schema or analyzer';
       else if (info.seq > o.store.changeSeq) problem = `its sequence ${info.seq} is newer than the store's ${o.store.changeSeq}`;
       else {
-        const segments: Segment[] = [];
-        let bytes = 0;
-        for (const entry of info.segments) {
-          const loaded = await loadSegment(join(o.dir, entry.name), o.schema, o.fingerprint);
-          if (!loaded.ok) {
-            problem = `segment ${entry.name}: ${loaded.problem}`;
-            break;
-          }
-          for (const id of entry.deleted) loaded.index.delete(id);
-          segments.push({ name: entry.name, index: loaded.index, deleted: new Set(entry.deleted) });
-          bytes += loaded.bytes;
-        }
-        if (problem === undefined) {
+        const loaded = await loadSegments(o.dir, info.segments, o.schema, o.fingerprint);
+        if (!loaded.ok) problem = loaded.problem;
+        else {
+          const { segments, bytes } = loaded;
           const p = new PersistedIndex(o, new SegmentedIndex(o.schema, segments), Date.now());
           for (const s of segments) p.written.add(s);
           p.nextFile = info.nextFile;
@@ -238,26 +251,24 @@ export class PersistedIndex extends SearchIndexBinding {
    * leaves the commit point without segments: readers then copy documents.
    */
   commit(): Promise<CommitPoint> {
-    return new Promise<CommitPoint>((resolve, reject) => {
-      void this.lock.run(async () => {
-        if (this.closed) return this.o.store.commit().then(resolve, reject);
-        const t0 = performance.now();
-        let taken: { point: CommitPoint; captured: Captured };
-        try {
-          taken = await this.o.store.commit((_, seq) => this.capture(seq));
-        } catch (err) {
-          reject(err);
-          return;
-        }
-        this.committed = undefined;
-        // The commit point is the store's: it is answered now, and its files are written under
-        // the lock (a reader's openCommitted waits for them).
-        resolve(taken.point);
-        await this.write(taken.captured, t0, taken.point).catch((err: Error) =>
-          this.o.log.warn({ dir: this.o.dir, version: taken.point.version, err: err.message }, "could not write the commit point's index checkpoint; snapshot readers will copy its documents"),
-        );
+    let answer!: { resolve: (p: CommitPoint) => void; reject: (err: unknown) => void };
+    const answered = new Promise<CommitPoint>((resolve, reject) => (answer = { resolve, reject }));
+    // The point is answered as soon as the store recorded it; the lock is held until its files are written.
+    void this.lock.run(async () => {
+      if (this.closed) return this.o.store.commit().then(answer.resolve, answer.reject);
+      const t0 = performance.now();
+      const taken = await this.o.store.commit((_, seq) => this.capture(seq)).catch((err: unknown) => {
+        answer.reject(err);
+        return undefined;
       });
+      if (taken === undefined) return;
+      this.committed = undefined;
+      answer.resolve(taken.point);
+      await this.write(taken.captured, t0, taken.point).catch((err: Error) =>
+        this.o.log.warn({ dir: this.o.dir, version: taken.point.version, err: err.message }, "could not write the commit point's index checkpoint; snapshot readers will copy its documents"),
+      );
     });
+    return answered;
   }
 
   /**
@@ -286,7 +297,11 @@ export class PersistedIndex extends SearchIndexBinding {
     });
   }
 
-  /** At a durable point (`seq`): seals the buffer, and exports the segments not written yet. */
+  /**
+   * At `seq` (the sink was told every change up to it, none after; synced for a checkpoint, maybe
+   * not yet for a commit point with durability async): seals the buffer, and exports the
+   * segments not written yet.
+   */
   private capture(seq: number): Captured {
     this.index.seal(this.newName());
     this.index.dropEmpty();

@@ -372,7 +372,7 @@ export function readerOptionsOf(t: Partial<ReaderTunables>): Partial<SnapshotRea
     ...(t.diskBudget !== undefined && { diskBudgetBytes: t.diskBudget }),
     ...(t.maxScans !== undefined && { maxScans: t.maxScans }),
     ...(t.drainTimeout !== undefined && { drainTimeoutMs: t.drainTimeout }),
-    ...(t.copyDocuments !== undefined && { copySegments: !t.copyDocuments }),
+    ...(t.copyDocuments !== undefined && { copyDocuments: t.copyDocuments }),
   };
 }
 

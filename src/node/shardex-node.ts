@@ -9,9 +9,9 @@ import type { FastifyInstance } from 'fastify';
 import { leaderTargets, rebalancedPreferences, type CollectionSpec, type CollectionState, type Coordinator, type NodeInfo } from '../coordination/index.js';
 import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
-import type { CopyShardRequest, CopyStreamFile, CopyStreamHeader, CopyStreamRaw, ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
+import type { CopyMessage, CopyShardRequest, ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
-import { PersistedIndex, schemaFingerprint, type CheckpointPolicy } from '../distrib/index-persistence.js';
+import { PersistedIndex, schemaFingerprint, type CheckpointPolicy, type CommittedSegments } from '../distrib/index-persistence.js';
 import { ShardStatsCache } from '../distrib/shard-stats-cache.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
@@ -93,7 +93,6 @@ const CHECKPOINT_CHECK_MS = 250;
 /** The longest merges wait in a row for replicas coming up (merge-gate.ts). */
 const MERGE_HOLD_MAX_MS = 60_000;
 
-/** What a replica's persisted index depends on besides its documents: the declared fields (and the default analyzer). */
 export const DEFAULT_READ_QUEUE_SIZE = 100;
 export const DEFAULT_READ_TIMEOUT_MS = 30_000;
 
@@ -609,34 +608,32 @@ export class ShardexNode {
     };
   }
 
-  /** A shard's documents in chunks: its current state (recovery) or its latest commit point (readers). */
   /**
-   * A full copy of a replica, in arrays of entries: its current entries, or those of its latest
-   * commit point. A snapshot reader asks for the commit point's index segments too: they come
-   * first (CopyStreamHeader), read from files the index keeps for that point.
+   * A full copy of a replica: its current entries, or those of its latest commit point. A
+   * snapshot reader (`raw`) gets the commit point named first, with its index segments when it
+   * asks (read from files the index keeps for that point), then the entries as stored.
    */
-  private async *onPeerCopy(req: CopyShardRequest): AsyncGenerator<StoredEntry[] | CopyStreamHeader | CopyStreamFile | CopyStreamRaw> {
+  private async *onPeerCopy(req: CopyShardRequest): AsyncGenerator<StoredEntry[] | CopyMessage> {
     const replica = this.localReplica(req.collection, req.shard);
     if (!req.commit) {
       yield* inChunks(replica.store.entries());
       return;
     }
     const held = replica.store.openCommit();
+    let committed: CommittedSegments | undefined;
     try {
-      if (req.segments) {
-        const committed = held && replica.index instanceof PersistedIndex ? await replica.index.openCommitted(held.point) : undefined;
-        try {
-          yield { segments: committed ? { version: held!.point.version, fingerprint: committed.fingerprint, files: committed.files.map(({ name, bytes, deleted }) => ({ name, bytes, deleted })) } : null };
-          for (const f of committed?.files ?? []) {
-            for await (const data of readChunks(f.handle, f.bytes)) yield { file: f.name, data: data.toString('base64') };
-          }
-        } finally {
-          await Promise.all(committed?.files.map((f) => f.handle.close()) ?? []);
-        }
+      if (!req.raw) {
+        if (held) yield* inChunks(held.entries());
+        return;
       }
-      if (held && req.raw) for await (const raw of inChunks(held.values())) yield { raw };
-      else if (held) yield* inChunks(held.entries());
+      if (req.segments && held && replica.index instanceof PersistedIndex) committed = await replica.index.openCommitted(held.point);
+      const files = committed?.files.map(({ name, bytes, deleted }) => ({ name, bytes, deleted: [...deleted] }));
+      yield { commit: held?.point ?? null, segments: committed && files ? { fingerprint: committed.fingerprint, files } : null };
+      for (const f of committed?.files ?? []) for await (const data of readChunks(f.handle, f.bytes)) yield { file: f.name, data: data.toString('base64') };
+      if (held) for await (const raw of inChunks(held.values())) yield { raw };
     } finally {
+      // Also when the reader went away mid-copy: the snapshot and the files are let go.
+      await Promise.all(committed?.files.map((f) => f.handle.close()) ?? []);
       await held?.release();
     }
   }

@@ -17,18 +17,19 @@
 // Stopping drains: new scans (and queued ones) are answered BUSY at once, so the selector
 // picks another reader without delay; started scans finish; then the reader deregisters and
 // closes.
-import { mkdir, open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
 import type { Coordinator, NodeInfo } from '../coordination/index.js';
-import { SearchIndexBinding, ShardReplica, type BoundIndex } from '../distrib/replica.js';
-import { isSegmentFile, schemaFingerprint } from '../distrib/index-persistence.js';
+import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
+import { schemaFingerprint } from '../distrib/index-persistence.js';
 import { servePhase, type ShardPhaseRequest } from '../distrib/search.js';
-import { loadSegment, parseSchema, SegmentedIndex, ShardIndex, type CollectionSchema, type Segment, type StoredDoc } from '../index/index.js';
+import { parseSchema } from '../index/index.js';
 import { ShardexError } from '../errors.js';
-import { PeerClients, PeerServer, type CopyStreamFile, type CopyStreamHeader, type CopyStreamRaw, type TlsMaterial } from '../transport/index.js';
+import { PeerClients, PeerServer, type TlsMaterial } from '../transport/index.js';
+import { readShardCopy } from './shard-copy.js';
 import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 import { ReplicaStore } from '../ulog/index.js';
 import { readAccessOf, type ApiKey } from '../node/http/auth.js';
@@ -82,14 +83,11 @@ export interface SnapshotReaderOptions {
   readonly tls?: TlsMaterial;
   /** API keys of the reader's HTTP port (`--api-keys`): everything but /health then needs a valid key. */
   readonly apiKeys?: readonly ApiKey[];
-  /** Copy the leader's segment files of a commit point (default), or only its documents, indexed here (`--copy-documents`: to compare, or to rule the segment copy out). */
-  readonly copySegments?: boolean;
+  /** Copy a commit point's documents only and index them here, not the leader's segment files (`--copy-documents`: to compare, or to rule the segment copy out). */
+  readonly copyDocuments?: boolean;
   /** The clock of snapshot ages, ms (tests inject one). */
   readonly now?: () => number;
 }
-
-/** The messages of a copy stream (see CopyShardRequest). */
-type CopyMessage = StoredEntry[] | CopyStreamHeader | CopyStreamFile | CopyStreamRaw;
 
 const DEFAULT_SNAPSHOT_EXPIRY_MS = 5000;
 export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
@@ -383,18 +381,19 @@ export class SnapshotReader {
       const asked = this.now();
       this.refreshCounter.inc();
       const info = await this.peers.call<LeaderCommitInfo>(leader, 'versions', { collection, shard });
-      const commit = info.commit ?? { version: 0, at: 0 };
-      const copy = this.peers.streamCall<CopyMessage>(leader, 'copyShard', { collection, shard, commit: true, segments: this.o.copySegments ?? true, raw: true });
-      const copied = await this.copyInto(dir, replica, untilStalled(copy, this.o.copyStallMs ?? DEFAULT_COPY_STALL_MS, `copying ${key} from ${leader}`));
-      const index = await this.indexOf(copied, dir, store, schema, schemaFingerprint(state.fields), key);
-      const binding = new SearchIndexBinding(schema, index.index);
+      const stream = this.peers.streamCall<unknown>(leader, 'copyShard', { collection, shard, commit: true, segments: !this.o.copyDocuments, raw: true });
+      const copy = await readShardCopy({ dir, replica, schema, fingerprint: schemaFingerprint(state.fields), log: this.log.child({ shard: key }) }, untilStalled(stream, this.o.copyStallMs ?? DEFAULT_COPY_STALL_MS, `copying ${key} from ${leader}`));
+      this.cache.indexed.inc(copy.indexed);
+      const binding = new SearchIndexBinding(schema, copy.index);
       replica.index = binding;
-      const cached: CachedShard = { key, dir, replica, binding, commit, checkedAt: asked, lastUsed: this.now(), users: 0, retired: false, index: index.how };
+      // The commit point the leader copied (it may be newer than the one it named when asked).
+      const commit = copy.commit ?? info.commit ?? { version: 0, at: 0 };
+      const cached: CachedShard = { key, dir, replica, binding, commit, checkedAt: asked, lastUsed: this.now(), users: 0, retired: false, index: copy.how };
       this.cache.copies.inc();
       const previous = this.shards.get(key);
       this.shards.set(key, cached);
       if (previous) void this.retire(previous);
-      this.log.info({ shard: key, snapshot: commit.version, docs: store.docCount, index: index.how, segments: copied?.files.length ?? 0 }, 'snapshot copied');
+      this.log.info({ shard: key, snapshot: commit.version, docs: store.docCount, index: copy.how, segments: copy.segments }, 'snapshot copied');
       void this.evict().catch((err) => this.log.warn({ err }, 'eviction failed'));
       return cached;
     } catch (err) {
@@ -402,79 +401,6 @@ export class SnapshotReader {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw err;
     }
-  }
-
-  /**
-   * Reads a copy stream into `replica`: the commit point's segment files into `dir` (when the
-   * leader sends them), its entries into the store (not indexed: see indexOf). Returns the
-   * segments the header named (null: none came).
-   */
-  private async copyInto(dir: string, replica: ShardReplica, messages: AsyncIterable<CopyMessage>): Promise<CopyStreamHeader['segments']> {
-    let segments: CopyStreamHeader['segments'] = null;
-    let file: { name: string; handle: FileHandle } | undefined;
-    replica.index = undefined;
-    try {
-      for await (const m of messages) {
-        if (Array.isArray(m) || 'raw' in m) {
-          await file?.handle.close();
-          file = undefined;
-          // A leader of an earlier version sends arrays of entries.
-          if (Array.isArray(m)) await replica.apply(m);
-          else await replica.store.loadCopy(m.raw);
-        } else if ('segments' in m) {
-          const bad = m.segments?.files.find((f) => !isSegmentFile(f.name) || f.name.includes('/'));
-          if (bad) throw new ShardexError('SHX_INTERNAL', `the leader named '${bad.name}' as a segment file to copy, which is not a segment file's name`);
-          segments = m.segments;
-        } else {
-          if (!segments?.files.some((f) => f.name === m.file)) throw new ShardexError('SHX_INTERNAL', `the leader sent segment file '${m.file}', which its copy header did not name`);
-          if (file?.name !== m.file) {
-            await file?.handle.close();
-            file = { name: m.file, handle: await open(join(dir, m.file), 'wx') };
-          }
-          await file.handle.write(Buffer.from(m.data, 'base64'));
-        }
-      }
-    } finally {
-      await file?.handle.close();
-    }
-    return segments;
-  }
-
-  /**
-   * The copy's search index: the leader's segments loaded (each one's deletes applied), or, when
-   * none came or one cannot be loaded (damaged in transit, another schema), the copied documents
-   * indexed here.
-   */
-  private async indexOf(copied: CopyStreamHeader['segments'], dir: string, store: ReplicaStore, schema: CollectionSchema, fingerprint: string, key: string): Promise<{ index: BoundIndex; how: 'segments' | 'documents' }> {
-    if (copied) {
-      const segments: Segment[] = [];
-      let problem: string | undefined;
-      for (const f of copied.files) {
-        const loaded = await loadSegment(join(dir, f.name), schema, fingerprint);
-        if (!loaded.ok) {
-          problem = `segment ${f.name}: ${loaded.problem}`;
-          break;
-        }
-        for (const id of f.deleted) loaded.index.delete(id);
-        segments.push({ name: f.name, index: loaded.index, deleted: new Set(f.deleted) });
-      }
-      if (problem === undefined) return { index: new SegmentedIndex(schema, segments), how: 'segments' };
-      this.log.warn({ shard: key, problem }, "a copied segment cannot be used; indexing the copy's documents instead");
-    }
-    const index = new ShardIndex(schema);
-    let n = 0;
-    for await (const e of store.entries()) {
-      if (e.doc === null) continue;
-      try {
-        index.add(e.id, e.doc as StoredDoc);
-        n++;
-      } catch (err) {
-        // Only data written before admission existed can hold such a document: keep the copy usable.
-        this.log.error({ shard: key, id: e.id, err }, 'a copied document the index refuses was left out of the search index');
-      }
-    }
-    this.cache.indexed.inc(n);
-    return { index, how: 'documents' };
   }
 
   /** Moves a cached shard to the leader's newest commit point: the log between the two, or a new copy. */

@@ -344,8 +344,8 @@ export class PeerServer {
         void (async () => {
           try {
             for await (const chunk of handlers.copyShard(checked('copyShard', CopyShardRequest, call.request.body))) {
-              if (call.cancelled) return;
-              if (!call.write({ body: toJson(chunk) })) await new Promise((r) => call.once('drain', r));
+              if (call.cancelled || call.destroyed) return;
+              if (!call.write({ body: toJson(chunk) })) await writable(call);
             }
             call.end();
           } catch (err) {
@@ -604,4 +604,22 @@ export class PeerClients implements UpdateTransport {
     this.closed = true;
     for (const [dest, p] of this.peers) this.drop(dest, p, new ShardexError('SHX_UNAVAILABLE', 'node is shutting down'));
   }
+}
+
+/**
+ * Resolves once `call` takes writes again, or is cancelled or closed: a cancelled call never
+ * drains, and a stream that waited for it would never end (nor release what it holds).
+ */
+function writable(call: grpc.ServerWritableStream<JsonMessage, JsonMessage>): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      call.off('drain', done);
+      call.off('cancelled', done);
+      call.off('close', done);
+      resolve();
+    };
+    call.once('drain', done);
+    call.once('cancelled', done);
+    call.once('close', done);
+  });
 }

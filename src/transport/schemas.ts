@@ -57,32 +57,32 @@ export const UpdatesAfterRequest = ShardRef.extend({
   only: z.array(z.number().nonnegative()).max(10_000).optional(),
 });
 /**
- * A full copy of a shard: its current entries, or (`commit`) those of its latest commit point.
- * With `segments` (a snapshot reader) the stream opens with the commit point's index segments
- * (see CopyStreamHeader), so that the reader need not index the documents again. With `raw`
- * (and `commit`) the entries come as stored (CopyStreamRaw), not as arrays of entries.
+ * A full copy of a shard: its current entries, or (`commit`) those of its latest commit point,
+ * in arrays of entries. With `commit` and `raw` (a snapshot reader) the stream is CopyMessage's
+ * instead: a header naming the commit point (and, with `segments`, its index segment files), the
+ * files' bytes, then the entries as stored.
  */
 export const CopyShardRequest = ShardRef.extend({ commit: z.boolean().optional(), segments: z.boolean().optional(), raw: z.boolean().optional() });
 
-/**
- * The first message of a copy with `segments`: the commit point's segment files (each then sent
- * as `{ file, data }` messages, data in base64, in this order) or null when the leader has none
- * for it. Arrays of entries follow, as in every copy.
- */
-export interface CopyStreamHeader {
-  readonly segments: { readonly version: number; readonly fingerprint: string; readonly files: ReadonlyArray<{ readonly name: string; readonly bytes: number; readonly deleted: readonly string[] }> } | null;
-}
-
-/** Entries of a copy with `raw`: each as its store keeps it (encodeEntry's text). */
-export interface CopyStreamRaw {
-  readonly raw: readonly string[];
-}
-
-/** A piece of a segment file in a copy with `segments`. */
-export interface CopyStreamFile {
-  readonly file: string;
-  readonly data: string;
-}
+/** The first message of a raw copy: the commit point copied, and its segment files (null: none, copy the documents). */
+export const CopyStreamHeader = z.object({
+  commit: z.object({ version: z.number().int().nonnegative(), at: z.number() }).nullable(),
+  segments: z
+    .object({
+      fingerprint: z.string(),
+      files: z.array(z.object({ name: z.string().min(1), bytes: z.number().int().nonnegative(), deleted: z.array(z.string()) })),
+    })
+    .nullable(),
+});
+/** A piece of a segment file (data in base64), in the header's order. */
+export const CopyStreamFile = z.object({ file: z.string().min(1), data: z.string() });
+/** Entries as their store keeps them (encodeEntry's text), after the files. */
+export const CopyStreamRaw = z.object({ raw: z.array(z.string()) });
+export const CopyMessage = z.union([CopyStreamHeader, CopyStreamFile, CopyStreamRaw]);
+export type CopyStreamHeader = z.infer<typeof CopyStreamHeader>;
+export type CopyStreamFile = z.infer<typeof CopyStreamFile>;
+export type CopyStreamRaw = z.infer<typeof CopyStreamRaw>;
+export type CopyMessage = z.infer<typeof CopyMessage>;
 
 export type GetRequest = z.infer<typeof GetRequest>;
 export type SearchRequest = z.infer<typeof SearchRequest>;

@@ -276,6 +276,7 @@ export class ReplicaStore {
   /** The newest version on disk (maxVersionSeen runs ahead while a batch is being written). */
   private durableMax = 0;
   /** LevelDB snapshot of the latest commit point: what snapshot readers copy. */
+  private copiesHeld = 0;
   private commitSnapshot: { point: CommitPoint; snapshot: ReturnType<Level<string, string>['snapshot']>; copies: number } | undefined;
   private trimmed = 0;
   /** The journal was dropped up to here by this process (0: not yet). */
@@ -924,10 +925,18 @@ export class ReplicaStore {
   commit<T>(atPoint?: (point: CommitPoint, seq: number) => T): Promise<CommitPoint | { point: CommitPoint; captured: T }> {
     const taken = this.writeChain.then(async () => {
       const point: CommitPoint = { version: this.durableMax, at: Date.now() };
+      const snapshot = this.db.snapshot();
+      let captured: T | undefined;
+      try {
+        captured = atPoint?.(point, this.appliedSeq);
+      } catch (err) {
+        // No commit point then: the last one stays.
+        await snapshot.close();
+        throw err;
+      }
       const old = this.commitSnapshot;
-      this.commitSnapshot = { point, snapshot: this.db.snapshot(), copies: 0 };
+      this.commitSnapshot = { point, snapshot, copies: 0 };
       this.commitPoint = point;
-      const captured = atPoint?.(point, this.appliedSeq);
       await this.db.put(COMMIT, JSON.stringify(point));
       // A snapshot being copied is closed by its last copy (an iterator cannot use a closing one).
       if (old && old.copies === 0) await old.snapshot.close();
@@ -937,9 +946,16 @@ export class ReplicaStore {
     return taken;
   }
 
+  /** Commit points held for copying now (openCommit), not released yet. */
+  get heldCommits(): number {
+    return this.copiesHeld;
+  }
+
   /** The entries of the latest commit point (tombstones included), in id order. */
-  commitEntries(): AsyncGenerator<StoredEntry> {
-    return this.openCommit()?.entries() ?? (async function* () {})();
+  async *commitEntries(): AsyncGenerator<StoredEntry> {
+    // Held from the first read (not from the call), released when the reading ends.
+    const held = this.openCommit();
+    if (held) yield* held.entries();
   }
 
   /**
@@ -951,11 +967,13 @@ export class ReplicaStore {
     const c = this.commitSnapshot;
     if (!c) return undefined;
     c.copies++;
+    this.copiesHeld++;
     const db = this.db;
     let held = true;
     const release = async (): Promise<void> => {
       if (!held) return;
       held = false;
+      this.copiesHeld--;
       if (--c.copies === 0 && this.commitSnapshot !== c) await c.snapshot.close();
     };
     const values = async function* (): AsyncGenerator<string> {

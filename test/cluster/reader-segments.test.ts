@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PersistedIndex } from '../../src/distrib/index-persistence.js';
 import type { SnapshotReader } from '../../src/read/snapshot-reader.js';
+import { silentLogger } from '../../src/logger.js';
+import { PeerClients } from '../../src/transport/index.js';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
 
 const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta'];
@@ -43,10 +45,11 @@ describe('snapshot readers copy segments', () => {
   let url: string;
   let reader: SnapshotReader;
   beforeAll(async () => {
-    tc = await startCluster({ nodes: 1, readers: 1, readerOptions: { snapshotExpiryMs: 100 } });
+    // Merges of three segments, so that the leader merges the commit point's segments away.
+    tc = await startCluster({ nodes: 1, readers: 1, readerOptions: { snapshotExpiryMs: 100 }, nodeOptions: { checkpointPolicy: { segmentsPerTier: 3 } } });
     url = tc.urls[0]!;
     reader = tc.cluster.readers[0]!;
-    for (const name of ['seg', 'dmg']) {
+    for (const name of ['seg', 'dmg', 'bare', 'cut']) {
       const res = await http('POST', `${url}/api/collections`, { name, numShards: 2, replicationFactor: 1, autoCommit: 'off', fields: { title: 'text', price: 'number' } });
       expect(res.status, JSON.stringify(res.body)).toBe(201);
     }
@@ -54,17 +57,17 @@ describe('snapshot readers copy segments', () => {
   afterAll(async () => tc?.stop());
 
   it("serves the commit point from the leader's segments: its deletes and replacements, none after", async () => {
-    const checkpoint = async (merge: boolean): Promise<void> => {
-      for (const shard of ['shard1', 'shard2']) {
-        const index = tc.cluster.nodes[0]!.replica('seg', shard)!.index;
-        expect(index).toBeInstanceOf(PersistedIndex);
-        await (index as PersistedIndex).checkpoint();
-        if (merge) await (index as PersistedIndex).merge();
-      }
+    const indexOf = (shard: string): PersistedIndex => {
+      const index = tc.cluster.nodes[0]!.replica('seg', shard)!.index;
+      expect(index).toBeInstanceOf(PersistedIndex);
+      return index as PersistedIndex;
+    };
+    const checkpoint = async (): Promise<void> => {
+      for (const shard of ['shard1', 'shard2']) await indexOf(shard).checkpoint();
     };
     expect((await http('POST', `${url}/api/collections/seg/docs`, Array.from({ length: 300 }, (_, i) => doc(i)))).status).toBe(200);
     // Written before the commit point: its deletes below are the commit point's delete lists.
-    await checkpoint(false);
+    await checkpoint();
     expect((await http('POST', `${url}/api/collections/seg/docs`, Array.from({ length: 30 }, (_, i) => doc(i * 7, 3)))).status).toBe(200);
     for (const id of ['d1', 'd2', 'd50', 'd99']) expect((await http('DELETE', `${url}/api/collections/seg/docs/${id}`)).status).toBe(200);
     expect((await http('POST', `${url}/api/collections/seg/commit`)).status).toBe(200);
@@ -74,7 +77,15 @@ describe('snapshot readers copy segments', () => {
     // committed segments, new documents, then checkpoints and merges on the leader.
     for (const id of ['d3', 'd4', 'd60', 'd200']) expect((await http('DELETE', `${url}/api/collections/seg/docs/${id}`)).status).toBe(200);
     expect((await http('POST', `${url}/api/collections/seg/docs`, [...Array.from({ length: 40 }, (_, i) => doc(i * 5, 1)), ...Array.from({ length: 20 }, (_, i) => doc(400 + i))])).status).toBe(200);
-    await checkpoint(true);
+    const committedNames = (shard: string): string[] => indexOf(shard).index.segments.map((x) => x.name);
+    const atCommitSegments = ['shard1', 'shard2'].map(committedNames);
+    for (let round = 0; round < 3; round++) {
+      expect((await http('POST', `${url}/api/collections/seg/docs`, Array.from({ length: 10 }, (_, i) => doc(500 + round * 10 + i)))).status).toBe(200);
+      await checkpoint();
+    }
+    for (const shard of ['shard1', 'shard2']) while (await indexOf(shard).merge());
+    // The merges replaced segments of the commit point: the reader must still get those files.
+    expect(['shard1', 'shard2'].some((shard, i) => atCommitSegments[i]!.some((n) => !committedNames(shard).includes(n)))).toBe(true);
     const current = await answers(url, 'seg', 'immediate');
     expect(current).not.toEqual(atCommit);
 
@@ -110,5 +121,54 @@ describe('snapshot readers copy segments', () => {
     const indexed = await indexedByReader(reader);
     expect(indexed).toBeGreaterThan(0);
     expect(indexed).toBeLessThan(199);
+  });
+
+  it('indexes the documents of a commit point the leader has no segments for, and answers the same', async () => {
+    expect((await http('POST', `${url}/api/collections/bare/docs`, Array.from({ length: 120 }, (_, i) => doc(i)))).status).toBe(200);
+    // A commit point recorded by the store alone: no index checkpoint at it.
+    for (const shard of ['shard1', 'shard2']) await tc.cluster.nodes[0]!.replica('bare', shard)!.store.commit();
+    const atCommit = await answers(url, 'bare', 'immediate');
+    const before = await indexedByReader(reader);
+    expect(await answers(url, 'bare', 'eventual')).toEqual(atCommit);
+    expect(cachedIndex(reader, 'bare')).toEqual(['documents', 'documents']);
+    expect((await indexedByReader(reader)) - before).toBe(120);
+  });
+
+  it('lets the commit point go on the leader when a reader gives a copy up halfway', async () => {
+    const docs = Array.from({ length: 24_000 }, (_, i) => ({ id: `c${i}`, title: `${WORDS[i % 8]} ${WORDS[(i >> 3) % 8]}`, price: i % 97 }));
+    for (let i = 0; i < docs.length; i += 4000) expect((await http('POST', `${url}/api/collections/cut/docs`, docs.slice(i, i + 4000))).status).toBe(200);
+    expect((await http('POST', `${url}/api/collections/cut/commit`)).status).toBe(200);
+    const leader = tc.cluster.nodes[0]!;
+    const store = (shard: string) => leader.replica('cut', shard)!.store;
+    const peers = new PeerClients({ resolve: () => leader.grpcAddress, logger: silentLogger() });
+    try {
+      const copy = peers.streamCall<{ commit?: unknown }>(leader.name, 'copyShard', { collection: 'cut', shard: 'shard1', commit: true, segments: true, raw: true });
+      const header = await copy.next();
+      expect(header.value).toMatchObject({ commit: { version: expect.any(Number) } });
+      expect(store('shard1').heldCommits).toBe(1);
+      // The reader reads no further and goes away while the leader is still sending.
+      await new Promise((r) => setTimeout(r, 200));
+      await copy.return(undefined);
+      await expect.poll(() => store('shard1').heldCommits, { timeout: 10_000 }).toBe(0);
+    } finally {
+      peers.close();
+    }
+  });
+});
+
+describe('a snapshot reader started with --copy-documents', () => {
+  let tc: TestCluster;
+  afterAll(async () => tc?.stop());
+
+  it('indexes every copy itself and answers as the leader', async () => {
+    tc = await startCluster({ nodes: 1, readers: 1, readerOptions: { copyDocuments: true } });
+    const url = tc.urls[0]!;
+    const reader = tc.cluster.readers[0]!;
+    expect((await http('POST', `${url}/api/collections`, { name: 'docs2', numShards: 2, replicationFactor: 1, autoCommit: 'off', fields: { title: 'text', price: 'number' } })).status).toBe(201);
+    expect((await http('POST', `${url}/api/collections/docs2/docs`, Array.from({ length: 80 }, (_, i) => doc(i)))).status).toBe(200);
+    expect((await http('POST', `${url}/api/collections/docs2/commit`)).status).toBe(200);
+    expect(await answers(url, 'docs2', 'eventual')).toEqual(await answers(url, 'docs2', 'immediate'));
+    expect(cachedIndex(reader, 'docs2')).toEqual(['documents', 'documents']);
+    expect(await indexedByReader(reader)).toBe(80);
   });
 });
