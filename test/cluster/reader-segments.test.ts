@@ -2,7 +2,7 @@
 // indexing the commit point's documents again; what it serves is exactly that commit point (its
 // deletes and replacements, none after). A copied segment that does not load is not served: the
 // reader indexes the copied documents instead and answers the same.
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PersistedIndex } from '../../src/distrib/index-persistence.js';
@@ -108,7 +108,12 @@ describe('snapshot readers copy segments', () => {
     // checksum no longer matches. (A collection this small keeps every section in memory, so
     // the leader itself never reads the files again.)
     const dir = join(tc.dataDir, 'node1', 'dmg', 'shard1');
-    const files = (await readdir(dir)).filter((n) => n.endsWith('.seg'));
+    // The commit is answered before its files are written: openCommitted waits for them.
+    const replica = tc.cluster.nodes[0]!.replica('dmg', 'shard1')!;
+    const committed = await (replica.index as PersistedIndex).openCommitted(replica.store.lastCommit!);
+    expect(committed).toBeDefined();
+    await Promise.all(committed!.files.map((f) => f.handle.close()));
+    const files = committed!.files.map((f) => f.name);
     expect(files.length).toBeGreaterThan(0);
     for (const f of files) {
       const bytes = await readFile(join(dir, f));
