@@ -27,7 +27,7 @@ it('finishes every copy of a commit point while newer commits are taken', { time
     try {
       for (let i = 0; i < 1500; i++) {
         let n = 0;
-        for await (const _ of store.commitEntries()) n++;
+        for await (const _ of store.openCommit()!.entries()) n++;
         counts.push(n);
         if (i % 3 === 0) await new Promise((r) => setTimeout(r, 1));
       }

@@ -443,7 +443,7 @@ describe('ReplicaStore across a reopen', () => {
     const again = await reopen(store);
     expect(again.lastCommit?.version).toBe(point.version);
     let live = 0;
-    for await (const e of again.commitEntries()) if (e.doc !== null) live++;
+    for await (const e of again.openCommit()!.entries()) if (e.doc !== null) live++;
     expect(live).toBe(again.docCount);
   });
 
@@ -453,7 +453,7 @@ describe('ReplicaStore across a reopen', () => {
     const point = await store.commit();
     await store.apply([{ id: 'x', version: 200, doc: { id: 'x', n: 2 } }, { id: 'y', version: 201, doc: { id: 'y' } }]);
     const seen: Array<{ id: string; version: number }> = [];
-    for await (const e of store.commitEntries()) seen.push({ id: e.id, version: e.version });
+    for await (const e of store.openCommit()!.entries()) seen.push({ id: e.id, version: e.version });
     expect(point.version).toBe(100);
     expect(seen).toEqual([{ id: 'x', version: 100 }]);
     expect((await store.updatesAfter(100, 10, 200)).map((e) => e.version)).toEqual([200]);

@@ -32,7 +32,7 @@ import {
   type ShardIndexState,
   type StoredDoc,
 } from '../index/index.js';
-import type { CommitPoint, ReplicaStore } from '../ulog/index.js';
+import type { CommitPoint, ReplicaStore, StoredEntry } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { SearchIndexBinding } from './replica.js';
 
@@ -481,22 +481,50 @@ export class PersistedIndex extends SearchIndexBinding {
 
   /** Indexes every stored document, in segments of at most maxSegmentDocs; returns how many. */
   private async rebuild(): Promise<number> {
-    let n = 0;
-    for await (const e of this.o.store.entries()) {
-      if (e.doc === null) continue;
-      this.indexInto(this.index, e.id, e.doc as StoredDoc);
-      if (++n % this.policy.maxSegmentDocs === 0) this.index.seal(this.newName());
-    }
-    return n;
+    return indexStored(this.o.store.entries(), this.index, (id) => this.refused(id), (n) => {
+      if (n % this.policy.maxSegmentDocs === 0) this.index.seal(this.newName());
+    });
   }
 
   private indexInto(index: { add(id: string, doc: StoredDoc): void }, id: string, doc: StoredDoc): void {
-    try {
-      index.add(id, doc);
-    } catch {
-      // Only data written before admission existed can hold such a document: keep the replica usable.
-      if (this.unindexable++ === 0) this.o.log.warn({ dir: this.o.dir, id }, 'a stored document the index refuses was left out of the search index');
+    if (!addStored(index, id, doc)) this.refused(id);
+  }
+
+  private refused(id: string): void {
+    if (this.unindexable++ === 0) this.o.log.warn({ dir: this.o.dir, id }, 'a stored document the index refuses was left out of the search index');
+  }
+}
+
+/**
+ * Indexes the documents of `entries` (tombstones skipped) into `index`; returns how many.
+ * A document the index refuses is left out and reported to `refused`: only data written before
+ * admission existed can hold one, and the replica or copy stays usable. `indexed(n)` follows each.
+ */
+export async function indexStored(
+  entries: AsyncIterable<StoredEntry>,
+  index: { add(id: string, doc: StoredDoc): void },
+  refused: (id: string) => void,
+  indexed?: (n: number) => void,
+): Promise<number> {
+  let n = 0;
+  for await (const e of entries) {
+    if (e.doc === null) continue;
+    if (!addStored(index, e.id, e.doc as StoredDoc)) {
+      refused(e.id);
+      continue;
     }
+    n++;
+    indexed?.(n);
+  }
+  return n;
+}
+
+function addStored(index: { add(id: string, doc: StoredDoc): void }, id: string, doc: StoredDoc): boolean {
+  try {
+    index.add(id, doc);
+    return true;
+  } catch {
+    return false;
   }
 }
 

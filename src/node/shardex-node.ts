@@ -1370,13 +1370,13 @@ async function* inChunks<T>(entries: AsyncIterable<T>): AsyncGenerator<T[]> {
 
 const FILE_CHUNK = 512 * 1024;
 
-/** The first `bytes` of a file, in pieces of at most 512 KiB. */
+/** The first `bytes` of a file, in pieces of at most 512 KiB; the file is left open. */
 async function* readChunks(handle: FileHandle, bytes: number): AsyncGenerator<Buffer> {
-  for (let at = 0; at < bytes; ) {
-    const buf = Buffer.allocUnsafe(Math.min(FILE_CHUNK, bytes - at));
-    const { bytesRead } = await handle.read(buf, 0, buf.length, at);
-    if (bytesRead === 0) throw new ShardexError('SHX_INTERNAL', `a segment file ended at ${at} of its ${bytes} bytes while it was copied`);
-    yield bytesRead === buf.length ? buf : buf.subarray(0, bytesRead);
-    at += bytesRead;
+  if (bytes === 0) return;
+  let read = 0;
+  for await (const data of handle.createReadStream({ start: 0, end: bytes - 1, highWaterMark: FILE_CHUNK, autoClose: false })) {
+    read += (data as Buffer).length;
+    yield data as Buffer;
   }
+  if (read < bytes) throw new ShardexError('SHX_INTERNAL', `a segment file ended at ${read} of its ${bytes} bytes while it was copied`);
 }

@@ -10,12 +10,12 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { isSegmentFile, loadSegments } from '../distrib/index-persistence.js';
+import { indexStored, isSegmentFile, loadSegments } from '../distrib/index-persistence.js';
 import type { BoundIndex, ShardReplica } from '../distrib/replica.js';
 import { ShardexError } from '../errors.js';
-import { SegmentedIndex, ShardIndex, type CollectionSchema, type StoredDoc } from '../index/index.js';
+import { SegmentedIndex, ShardIndex, type CollectionSchema } from '../index/index.js';
 import { CopyMessage, type CopyStreamHeader } from '../transport/index.js';
-import type { CommitPoint, ReplicaStore, StoredEntry } from '../ulog/index.js';
+import type { CommitPoint, StoredEntry } from '../ulog/index.js';
 
 export interface ShardCopy {
   /** The commit point copied; null when the leader named none (it had none, or is of an earlier version). */
@@ -50,7 +50,8 @@ export async function readShardCopy(o: ShardCopyOptions, messages: AsyncIterable
     if (loaded.ok) return { commit, index: new SegmentedIndex(o.schema, loaded.segments), how: 'segments', segments: loaded.segments.length, indexed: 0 };
     o.log.warn({ dir: o.dir, problem: loaded.problem }, "a copied segment cannot be used; indexing the copy's documents instead");
   }
-  const { index, indexed } = await indexStored(o.replica.store, o.schema, o.log);
+  const index = new ShardIndex(o.schema);
+  const indexed = await indexStored(o.replica.store.entries(), index, (id) => o.log.error({ id }, 'a copied document the index refuses was left out of the search index'));
   return { commit, index, how: 'documents', segments: 0, indexed };
 }
 
@@ -106,19 +107,3 @@ function checkFiles(header: CopyStreamHeader): void {
   }
 }
 
-/** Indexes every document of `store` (a copy without usable segments). */
-async function indexStored(store: ReplicaStore, schema: CollectionSchema, log: Logger): Promise<{ index: ShardIndex; indexed: number }> {
-  const index = new ShardIndex(schema);
-  let indexed = 0;
-  for await (const e of store.entries()) {
-    if (e.doc === null) continue;
-    try {
-      index.add(e.id, e.doc as StoredDoc);
-      indexed++;
-    } catch (err) {
-      // Only data written before admission existed can hold such a document: keep the copy usable.
-      log.error({ id: e.id, err }, 'a copied document the index refuses was left out of the search index');
-    }
-  }
-  return { index, indexed };
-}

@@ -951,13 +951,6 @@ export class ReplicaStore {
     return this.copiesHeld;
   }
 
-  /** The entries of the latest commit point (tombstones included), in id order. */
-  async *commitEntries(): AsyncGenerator<StoredEntry> {
-    // Held from the first read (not from the call), released when the reading ends.
-    const held = this.openCommit();
-    if (held) yield* held.entries();
-  }
-
   /**
    * The latest commit point, held from now: its entries are read from the snapshot taken with it
    * even if a newer commit replaces it meanwhile. `release()` (idempotent; reading the entries to
