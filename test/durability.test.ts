@@ -172,6 +172,35 @@ describe('bounded memory', () => {
     expect(store.docCount).toBe(1000);
   });
 
+  it('never forgets an id between looking it up and deciding on it, even while memory is full (an older version never wins)', async () => {
+    // Concurrent applies of the same ids, in any order, repeated, with room for 2 ids in memory:
+    // an id evicted after its look-up and before its decision was taken as never written.
+    const store = await openWith('evict', { idCacheSize: 2 });
+    const ids = Array.from({ length: 40 }, (_, i) => `e${i}`);
+    const newest = new Map<string, number>();
+    let seed = 7;
+    const rand = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    const applies: Array<Promise<unknown>> = [];
+    for (let i = 0; i < 400; i++) {
+      const batch = Array.from({ length: 3 }, () => {
+        const id = ids[rand(ids.length)]!;
+        const version = 1 + rand(1000);
+        newest.set(id, Math.max(newest.get(id) ?? 0, version));
+        return op(id, version);
+      });
+      applies.push(store.apply(batch));
+      // Applies keep coming while earlier ones are looked up, decided and written.
+      if (rand(3) === 0) await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(applies);
+    for (const [id, version] of newest) expect({ id, version: await store.versionOf(id) }).toEqual({ id, version });
+    expect(store.docCount).toBe(newest.size);
+    expect(knownIds(store)).toBeLessThanOrEqual(2);
+  });
+
   it('opens without reading the documents: the live count and newest version come back', async () => {
     const store = await openWith('count', {});
     await store.apply(Array.from({ length: 300 }, (_, i) => op(`c${i}`, i + 1)));

@@ -146,6 +146,13 @@ const VERSION_WIDTH = 16;
 
 /** Log keys per read while summing a stretch of the log. */
 const SCAN_PAGE = 10_000;
+/** Adds `by` to the count of `key`; a count that reaches 0 leaves the map. */
+function count(map: Map<string, number>, key: string, by: 1 | -1): void {
+  const n = (map.get(key) ?? 0) + by;
+  if (n <= 0) map.delete(key);
+  else map.set(key, n);
+}
+
 export const logKey = (version: number): string => LOG + String(version).padStart(VERSION_WIDTH, '0');
 const docKey = (id: string): string => DOC + id;
 
@@ -253,10 +260,12 @@ export class ReplicaStore {
   private readonly retention: number;
   /**
    * What is known of recently touched ids, oldest first (a Map keeps insertion order); ids of
-   * applies not yet on disk are pinned and never evicted. Others are read from LevelDB.
+   * applies not yet on disk are pinned and never evicted, nor are ids looked up for a decision
+   * still to be made (held). Others are read from LevelDB.
    */
   private readonly known = new Map<string, Known>();
   private readonly pinned = new Map<string, number>();
+  private readonly held = new Map<string, number>();
   private readonly idCacheSize: number;
   private readonly deleteRetentionMs: number;
   /** Applies decide one at a time (their look-ups are async), in the order they were called. */
@@ -524,16 +533,29 @@ export class ReplicaStore {
     });
   }
 
-  /** Loads into memory what is known of every id of `ids` (before a decision about them). */
-  private async remember(ids: Iterable<string>): Promise<void> {
-    const wanted = new Set<string>();
-    for (const id of ids) if (!this.known.has(id)) wanted.add(id);
-    if (wanted.size === 0) return;
-    const missing = [...wanted];
-    const found = await this.lookUp(missing);
-    missing.forEach((id, i) => {
-      if (!this.known.has(id)) this.known.set(id, found[i]!);
-    });
+  /**
+   * Loads into memory what is known of every id of `ids`, before a decision about them, and
+   * keeps it there until the returned release is called: an apply finishing meanwhile evicts
+   * ids, and an id evicted between its look-up and its decision would be taken as never written.
+   */
+  private async remember(ids: readonly string[]): Promise<() => void> {
+    for (const id of ids) count(this.held, id, 1);
+    const release = (): void => {
+      for (const id of ids) count(this.held, id, -1);
+      this.evict();
+    };
+    const missing = [...new Set(ids.filter((id) => !this.known.has(id)))];
+    if (missing.length === 0) return release;
+    try {
+      const found = await this.lookUp(missing);
+      missing.forEach((id, i) => {
+        if (!this.known.has(id)) this.known.set(id, found[i]!);
+      });
+    } catch (err) {
+      release();
+      throw err;
+    }
+    return release;
   }
 
   private setKnown(id: string, k: Known): void {
@@ -543,19 +565,20 @@ export class ReplicaStore {
   }
 
   private pin(id: string): void {
-    this.pinned.set(id, (this.pinned.get(id) ?? 0) + 1);
+    count(this.pinned, id, 1);
   }
 
   private unpin(ids: readonly string[]): void {
-    for (const id of ids) {
-      const n = (this.pinned.get(id) ?? 1) - 1;
-      if (n <= 0) this.pinned.delete(id);
-      else this.pinned.set(id, n);
-    }
+    for (const id of ids) count(this.pinned, id, -1);
+    this.evict();
+  }
+
+  /** Forgets the least recently touched ids beyond idCacheSize, but those pinned or held. */
+  private evict(): void {
     if (this.known.size <= this.idCacheSize) return;
     for (const id of this.known.keys()) {
       if (this.known.size <= this.idCacheSize) break;
-      if (!this.pinned.has(id)) this.known.delete(id);
+      if (!this.pinned.has(id) && !this.held.has(id)) this.known.delete(id);
     }
   }
 
@@ -591,8 +614,9 @@ export class ReplicaStore {
   /** One look-up for every queued apply's unknown ids, then each decided in the order it was called. */
   private async decideQueued(): Promise<void> {
     const queued = this.toDecide.splice(0);
+    let release: () => void;
     try {
-      await this.remember(queued.flatMap((q) => q.ops.map((op) => op.id)));
+      release = await this.remember(queued.flatMap((q) => q.ops.map((op) => op.id)));
     } catch (err) {
       for (const q of queued) q.reject(err);
       return;
@@ -604,6 +628,7 @@ export class ReplicaStore {
         q.reject(err);
       }
     }
+    release();
   }
 
   /** Decides which ops apply (in memory, at once: their ids are known) and queues their batch. */
@@ -713,50 +738,59 @@ export class ReplicaStore {
   async reconcile(items: readonly Reconcile[], sinceSync: (version: number) => boolean): Promise<Reconcile[]> {
     const run = this.decideChain.then(async () => {
       await this.flush();
-      await this.remember(items.map((i) => i.id));
-      const batch: BatchOp[] = [];
-      const changed: Reconcile[] = [];
-      const logAdded: number[] = [];
-      const logRemoved: number[] = [];
-      for (const { id, leader } of items) {
-        const cur = this.known.get(id) ?? NONE;
-        if (cur.version !== 0 && sinceSync(cur.version)) continue;
-        if (cur.version === (leader?.version ?? 0)) continue;
-        // (A version older than the log's trim point has no entry left to remove.)
-        if (cur.version > this.trimmed) {
-          batch.push({ type: 'del', key: logKey(cur.version) });
-          logRemoved.push(cur.version);
-        }
-        if (leader === undefined) {
-          batch.push({ type: 'del', key: docKey(id) });
-          this.setKnown(id, NONE);
-          if (cur.live) this.liveDocs--;
-        } else {
-          const text = encodeEntry(leader);
-          // The leader's version may be in our log already (an older version of ours it kept).
-          if ((await this.db.get(logKey(leader.version))) === undefined) logAdded.push(leader.version);
-          batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
-          this.setKnown(id, { version: leader.version, live: leader.doc !== null });
-          if (leader.doc !== null && !cur.live) this.liveDocs++;
-          else if (leader.doc === null && cur.live) this.liveDocs--;
-        }
-        changed.push({ id, leader });
+      const release = await this.remember(items.map((i) => i.id));
+      try {
+        return await this.reconcileKnown(items, sinceSync);
+      } finally {
+        release();
       }
-      if (batch.length === 0) return changed;
-      batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
-      this.logCount = Math.max(0, this.logCount + logAdded.length - logRemoved.length);
-      batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
-      const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
-      await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
-      // Trimming drops the oldest entries only, so the newest version is the newest log key.
-      let max = this.trimmed;
-      for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) max = Math.max(max, Number(key.slice(1)));
-      this.maxVersionSeen = max;
-      if (this.durableMax > max) this.durableMax = max;
-      return changed;
     });
     this.decideChain = run.catch(() => undefined);
     return run;
+  }
+
+  /** Reconcile's work, once the ids' versions are in memory (held). */
+  private async reconcileKnown(items: readonly Reconcile[], sinceSync: (version: number) => boolean): Promise<Reconcile[]> {
+    const batch: BatchOp[] = [];
+    const changed: Reconcile[] = [];
+    const logAdded: number[] = [];
+    const logRemoved: number[] = [];
+    for (const { id, leader } of items) {
+      const cur = this.known.get(id) ?? NONE;
+      if (cur.version !== 0 && sinceSync(cur.version)) continue;
+      if (cur.version === (leader?.version ?? 0)) continue;
+      // (A version older than the log's trim point has no entry left to remove.)
+      if (cur.version > this.trimmed) {
+        batch.push({ type: 'del', key: logKey(cur.version) });
+        logRemoved.push(cur.version);
+      }
+      if (leader === undefined) {
+        batch.push({ type: 'del', key: docKey(id) });
+        this.setKnown(id, NONE);
+        if (cur.live) this.liveDocs--;
+      } else {
+        const text = encodeEntry(leader);
+        // The leader's version may be in our log already (an older version of ours it kept).
+        if ((await this.db.get(logKey(leader.version))) === undefined) logAdded.push(leader.version);
+        batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
+        this.setKnown(id, { version: leader.version, live: leader.doc !== null });
+        if (leader.doc !== null && !cur.live) this.liveDocs++;
+        else if (leader.doc === null && cur.live) this.liveDocs--;
+      }
+      changed.push({ id, leader });
+    }
+    if (batch.length === 0) return changed;
+    batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
+    this.logCount = Math.max(0, this.logCount + logAdded.length - logRemoved.length);
+    batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
+    const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
+    await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
+    // Trimming drops the oldest entries only, so the newest version is the newest log key.
+    let max = this.trimmed;
+    for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) max = Math.max(max, Number(key.slice(1)));
+    this.maxVersionSeen = max;
+    if (this.durableMax > max) this.durableMax = max;
+    return changed;
   }
 
   private armPurgeTimer(): void {
@@ -780,7 +814,7 @@ export class ReplicaStore {
         due.push({ key, id: key.slice(1 + VERSION_WIDTH), version: Number(value) });
       }
       if (due.length === 0) return 0;
-      await this.remember(due.map((d) => d.id));
+      const release = await this.remember(due.map((d) => d.id));
       for (const d of due) {
         batch.push({ type: 'del', key: d.key });
         const cur = this.known.get(d.id) ?? NONE;
@@ -790,6 +824,7 @@ export class ReplicaStore {
           dropped++;
         }
       }
+      release();
       await this.enqueue(batch, false, []);
       return dropped;
     });
