@@ -161,6 +161,34 @@ describe('peer sync', () => {
     expect(await replica.store.logVersionsAfter(0, 100)).toEqual([V + 1, V + 2, V + 5]);
   });
 
+  it("removes every version of a deposed leader's writes from the replica's log, not only the current one", async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    await leader.apply([op('a', 1)]);
+    await replica.apply([op('a', 1)]);
+    // Two unacknowledged writes of `a` by a deposed leader: only the newer one is current.
+    await replica.apply([op('a', 3)]);
+    await replica.apply([op('a', 4)]);
+    // The new leader's own write since (its versions are newer than the deposed ones).
+    await leader.apply([op('b', 5)]);
+    const source = sourceOf(leader, { entries: 0, versions: 0 });
+    const report = await syncFrom(replica, source, await source.info());
+    expect(report.reverted).toBe(1);
+    expect(await contents(replica)).toEqual([
+      ['a', V + 1, true],
+      ['b', V + 5, true],
+    ]);
+    expect(await replica.store.logVersionsAfter(0, 100)).toEqual([V + 1, V + 5]);
+    // The logs agree again: a later peer sync compares digests, not every version.
+    expect(await holdsSameLog(replica, source)).toBe(true);
+    // Led by this replica later, another replica that syncs from it gets none of those writes.
+    const third = await replicaIn('third');
+    await third.apply([op('a', 1)]);
+    const fromReplica = sourceOf(replica, { entries: 0, versions: 0 });
+    await syncFrom(third, fromReplica, await fromReplica.info());
+    expect(await contents(third)).toEqual(await contents(leader));
+  });
+
   it('copies everything into an empty replica', async () => {
     const leader = await replicaIn('leader');
     const replica = await replicaIn('replica');

@@ -2,9 +2,9 @@
 // log's persisted sums are the sums of its keys (two replicas holding the same versions have the
 // same digest, else peer sync lists every version of the window), its kept size is its key count,
 // the live count is the live documents, and each id ends at the newest version it was sent.
-// Random scripts of applies (repeated, reordered, deletes), reconciles and trims, fired while
-// earlier work is still being looked up and written, with little room for ids in memory; checked
-// again after a reopen (the sums read from disk, not recounted).
+// Random scripts of applies (repeated, reordered, deletes), reconciles, removals of stale log
+// entries and trims, fired while earlier work is still being looked up and written, with little
+// room for ids in memory; checked again after a reopen (the sums read from disk, not recounted).
 import fc from 'fast-check';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -14,12 +14,13 @@ import { useTempStores } from './support/temp-stores.js';
 
 const tmp = useTempStores('store-invariants');
 
-type Step = { kind: 'apply'; versions: number[] } | { kind: 'reconcile'; version: number } | { kind: 'pause' };
+type Step = { kind: 'apply'; versions: number[] } | { kind: 'reconcile'; version: number } | { kind: 'drop'; versions: number[] } | { kind: 'pause' };
 
 const version = fc.integer({ min: 1, max: 3000 });
 const step: fc.Arbitrary<Step> = fc.oneof(
   { weight: 8, arbitrary: fc.record({ kind: fc.constant('apply' as const), versions: fc.array(version, { minLength: 1, maxLength: 6 }) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('reconcile' as const), version }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('drop' as const), versions: fc.array(version, { minLength: 1, maxLength: 4 }) }) },
   { weight: 2, arbitrary: fc.constant({ kind: 'pause' as const }) },
 );
 
@@ -63,6 +64,7 @@ describe('replica store invariants under concurrent work', () => {
         const work: Array<Promise<unknown>> = [];
         for (const s of steps) {
           if (s.kind === 'pause') await new Promise((r) => setImmediate(r));
+          else if (s.kind === 'drop') work.push(store.dropStaleLog(s.versions));
           else if (s.kind === 'apply') {
             const ops = s.versions.filter((v) => !deposed.has(v)).map(toOp);
             for (const op of ops) {

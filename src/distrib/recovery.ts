@@ -152,8 +152,8 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
 
 /**
  * Makes every id whose current version we logged after `from` and the peer's log lacks hold what
- * the peer holds for it. Normally there are none; those there are are writes a deposed leader
- * applied and nobody acknowledged. A version that may have reached us from the peer after it
+ * the peer holds for it, and removes the other such versions from our log. Normally there are
+ * none; those there are are writes a deposed leader applied and nobody acknowledged. A version that may have reached us from the peer after it
  * answered (`info`) is left alone: one of the peer's own epoch newer than its newest version then.
  */
 export async function converge(replica: ShardReplica, source: SyncSource, info: PeerLogInfo, logs: LogComparison): Promise<number> {
@@ -172,6 +172,9 @@ export async function converge(replica: ShardReplica, source: SyncSource, info: 
     const theirs = await source.entries(chunk);
     reverted += await replica.reconcile(chunk.map((id, j) => ({ id, leader: theirs[j] })), sinceSync);
   }
+  // Those a newer write replaced here leave the log too: synced from us later, they would bring
+  // a write nobody acknowledged back to another replica.
+  for (let i = 0; i < unknown.length; i += ENTRIES_PAGE) await replica.store.dropStaleLog(unknown.slice(i, i + ENTRIES_PAGE));
   return reverted;
 }
 

@@ -785,12 +785,45 @@ export class ReplicaStore {
     batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
     const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
     await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
-    // Trimming drops the oldest entries only, so the newest version is the newest log key.
+    await this.newestFromLog();
+    return changed;
+  }
+
+  /**
+   * Removes the log entries of those of `versions` that are not the current version of their id:
+   * writes of a deposed leader that the peer does not hold and that a newer write replaced here
+   * (reconcile removes the current ones). No peer syncs them from this replica later, and this
+   * log's digest agrees with the peer's again. Resolves how many it removed.
+   */
+  dropStaleLog(versions: readonly number[]): Promise<number> {
+    const run = this.decideChain.then(async () => {
+      await this.flush();
+      const entries = await this.logEntries(versions);
+      if (entries.length === 0) return 0;
+      const release = await this.remember(entries.map((e) => e.id));
+      try {
+        const stale = entries.filter((e) => (this.known.get(e.id) ?? NONE).version !== e.version).map((e) => e.version);
+        if (stale.length === 0) return 0;
+        this.logCount = Math.max(0, this.logCount - stale.length);
+        const batch: BatchOp[] = stale.map((v) => ({ type: 'del', key: logKey(v) }));
+        batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
+        await this.enqueue(batch, true, [], { logRemoved: stale });
+        await this.newestFromLog();
+        return stale.length;
+      } finally {
+        release();
+      }
+    });
+    this.decideChain = run.catch(() => undefined);
+    return run;
+  }
+
+  /** The newest version again, after log entries were removed: trimming drops the oldest entries only, so it is the newest log key. */
+  private async newestFromLog(): Promise<void> {
     let max = this.trimmed;
     for await (const key of this.db.keys({ gte: LOG, lt: LOG + ':', reverse: true, limit: 1 })) max = Math.max(max, Number(key.slice(1)));
     this.maxVersionSeen = max;
     if (this.durableMax > max) this.durableMax = max;
-    return changed;
   }
 
   private armPurgeTimer(): void {
