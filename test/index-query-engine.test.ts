@@ -226,8 +226,12 @@ describe('query engine against a document-by-document evaluation', () => {
     fc.assert(
       fc.property(fc.array(arbOp, { minLength: 1, maxLength: 60 }), fc.array(arbRequest, { minLength: 1, maxLength: 4 }), (ops, reqs) => {
         const { docs, single } = applyOps(ops, 1);
-        // Several requests on one index: the filter cache serves the later ones.
-        for (const req of reqs) expect(single.search(req)).toEqual(referenceSearch(docs, req));
+        // Several requests on one index: the filter cache serves the later ones, and a query
+        // whose scores a sort does not need is cached too once it recurs (the third search reads it).
+        for (const req of reqs) {
+          const expected = referenceSearch(docs, req);
+          for (let i = 0; i < 3; i++) expect(single.search(req)).toEqual(expected);
+        }
       }),
       { numRuns: 300 },
     );
@@ -381,6 +385,29 @@ describe('FilterCache', () => {
     const big = cache.get('big', 32 * 5, matches(150));
     expect(big.count).toBe(1);
     expect(cache.size).toBe(2);
+  });
+
+  it('caches a query whose scores are not needed only once it recurs among the last 256 searches', () => {
+    const cache = new FilterCache();
+    expect(cache.repeated('q1')).toBe(false);
+    expect(cache.repeated('q1')).toBe(true);
+    for (let i = 0; i < 256; i++) cache.repeated(`other${i}`);
+    // Its uses fell out of the history: seen once again, it is not repeated.
+    expect(cache.repeated('q1')).toBe(false);
+    // A cached key is always repeated.
+    cache.get('f', 32, matches(1));
+    expect(cache.repeated('f')).toBe(true);
+    const index = new ShardIndex(schema);
+    for (let i = 0; i < 100; i++) index.add(`d${i}`, { title: i % 2 === 0 ? 'alpha' : 'beta', price: i });
+    const sorted: SearchRequest = { q: 'alpha', sort: 'price desc', limit: 3 };
+    const first = index.search(sorted);
+    expect(index.filterCache.size).toBe(0);
+    expect(index.search(sorted)).toEqual(first);
+    expect(index.filterCache.size).toBe(1);
+    expect(index.search(sorted)).toEqual(first);
+    // Sorted by score, a query is never cached.
+    for (let i = 0; i < 3; i++) index.search({ q: 'beta' });
+    expect(index.filterCache.size).toBe(1);
   });
 
   it('an index clears its cache when compaction renumbers documents', () => {

@@ -80,6 +80,11 @@ export class QueryExecutor {
    * scores): a conjunction led by its rarest clause, each filter a cached bitset.
    */
   matches(q: Query, filters: readonly Query[], scoring: boolean): Matches {
+    const cached = scoring ? null : this.cachedQuery(q);
+    if (cached !== null) {
+      const mask = filters.length === 0 ? null : this.filterMask(filters);
+      return cached.count === 0 || (filters.length > 0 && mask === null) ? NO_MATCHES : bitsetDocs(cached.bits, mask, this.ix.live);
+    }
     // A union of terms reads every posting anyway: it is summed in a dense accumulator (Lucene's
     // BooleanScorer), the filters as one mask, rather than merged posting by posting.
     const terms = unionOfTerms(q);
@@ -94,7 +99,8 @@ export class QueryExecutor {
 
   /** A cursor over the matches of `q` among those of every filter (filters never add to scores). */
   filteredCursor(q: Query, filters: readonly Query[], scoring: boolean): DocCursor {
-    const main = this.cursor(q, scoring);
+    const cached = scoring ? null : this.cachedQuery(q);
+    const main = cached === null ? this.cursor(q, scoring) : cached.count === 0 ? EMPTY_CURSOR : new BitsetCursor(cached.bits, cached.count, this.ix.live);
     if (main === EMPTY_CURSOR || filters.length === 0) return main;
     const parts: DocCursor[] = [main];
     for (const f of filters) {
@@ -180,9 +186,19 @@ export class QueryExecutor {
     return cached.count === 0 ? EMPTY_CURSOR : new BitsetCursor(cached.bits, cached.count, this.ix.live);
   }
 
-  private cachedFilter(f: Query): CachedFilter {
+  private cachedFilter(f: Query, key = JSON.stringify(f)): CachedFilter {
     const ix = this.ix;
-    return ix.filterCache.get(JSON.stringify(f), ix.maxDoc, () => drainCursor(this.cursor(f, false), ix.maxDoc, false));
+    return ix.filterCache.get(key, ix.maxDoc, () => drainCursor(this.cursor(f, false), ix.maxDoc, false));
+  }
+
+  /**
+   * The matches of `q`, whose scores are not needed, as a cached bitset once `q` recurs (as a
+   * filter is); null for a query seen once, and for those that cost nothing to run (all, none).
+   */
+  private cachedQuery(q: Query): CachedFilter | null {
+    if (q.kind === 'all' || q.kind === 'none') return null;
+    const key = JSON.stringify(q);
+    return this.ix.filterCache.repeated(key) ? this.cachedFilter(q, key) : null;
   }
 
   /**
@@ -595,6 +611,31 @@ function mergedDocs(a: { p: Int32Array; len: number }, b: { p: Int32Array; len: 
     docs[k++] = d;
   }
   return k === 0 ? NO_MATCHES : { docs, scores: null, size: k };
+}
+
+/** The live documents set in `bits` (and in `mask`, when given), increasing. */
+function bitsetDocs(bits: Uint32Array, mask: Uint32Array | null, live: Uint8Array): Matches {
+  let n = 0;
+  for (let w = 0; w < bits.length; w++) n += popcount(mask === null ? bits[w] : bits[w] & mask[w]);
+  if (n === 0) return NO_MATCHES;
+  const docs = new Int32Array(n);
+  let k = 0;
+  for (let w = 0; w < bits.length; w++) {
+    let word = mask === null ? bits[w] : bits[w] & mask[w];
+    while (word !== 0) {
+      const low = word & -word;
+      const d = (w << 5) + 31 - Math.clz32(low);
+      if (live[d] === 1) docs[k++] = d;
+      word ^= low;
+    }
+  }
+  return k === 0 ? NO_MATCHES : { docs: k === n ? docs : docs.subarray(0, k), scores: null, size: k };
+}
+
+function popcount(x: number): number {
+  x -= (x >>> 1) & 0x55555555;
+  x = (x & 0x33333333) + ((x >>> 2) & 0x33333333);
+  return (Math.imul((x + (x >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24);
 }
 
 function matchesCursor(m: Matches): DocCursor {

@@ -8,6 +8,10 @@
 // documents as long as maxDoc has not moved: later deletes are masked by the live bits at read
 // time (see BitsetCursor). An add moves maxDoc and the entry is built again. Bounded by entries
 // and by bits, least recently used first out.
+//
+// A query whose scores are not needed (a sort on a field) is cached as a filter is once it
+// recurs among the last searches (Lucene's UsageTrackingQueryCachingPolicy, simplified): a
+// one-off query does not pay for a bitset, nor push a filter out.
 
 import type { Matches } from './matches.js';
 
@@ -21,9 +25,14 @@ interface Entry extends CachedFilter {
   readonly maxDoc: number;
 }
 
+/** Uses remembered for repeated(): the last this many keys asked. */
+const HISTORY = 256;
+
 export class FilterCache {
   private readonly entries = new Map<string, Entry>();
   private words = 0;
+  private readonly history: string[] = [];
+  private readonly uses = new Map<string, number>();
 
   constructor(
     /** Filters kept at most. */
@@ -65,6 +74,21 @@ export class FilterCache {
       this.words -= e.bits.length;
     }
     return entry;
+  }
+
+  /** Records a use of `key`; whether it is cached or was used before among the last uses. */
+  repeated(key: string): boolean {
+    if (this.entries.has(key)) return true;
+    const before = this.uses.get(key) ?? 0;
+    this.uses.set(key, before + 1);
+    this.history.push(key);
+    if (this.history.length > HISTORY) {
+      const old = this.history.shift()!;
+      const n = this.uses.get(old)! - 1;
+      if (n === 0) this.uses.delete(old);
+      else this.uses.set(old, n);
+    }
+    return before > 0;
   }
 
   clear(): void {
