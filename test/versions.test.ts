@@ -580,6 +580,32 @@ describe('ReplicaStore write failures', () => {
   });
 });
 
+describe('ReplicaStore write failures of recovery', () => {
+  it('a reconcile or a removal of stale log entries that could not be written leaves no trace', async () => {
+    const store = await openStore();
+    await store.apply([{ id: 'a', version: 1, doc: { id: 'a' } }]);
+    await store.apply([{ id: 'a', version: 2, doc: { id: 'a', n: 2 } }]);
+    await store.apply([{ id: 'a', version: 3, doc: { id: 'a', n: 3 } }, { id: 'b', version: 4, doc: { id: 'b' } }]);
+    const before = { log: await store.logVersionsAfter(0, 10), size: store.logSize, docs: store.docCount, digest: await store.logDigest(0, 4) };
+    const db = (store as unknown as { db: { batch: (...args: unknown[]) => Promise<void> } }).db;
+    const batch = db.batch.bind(db);
+    db.batch = () => Promise.reject(new Error('disk full'));
+    await expect(store.reconcile([{ id: 'a', leader: { id: 'a', version: 1, doc: { id: 'a' } } }, { id: 'b', leader: undefined }], () => false)).rejects.toThrow('disk full');
+    await expect(store.dropStaleLog([1, 2, 2])).rejects.toThrow('disk full');
+    db.batch = batch;
+    expect({ log: await store.logVersionsAfter(0, 10), size: store.logSize, docs: store.docCount, digest: await store.logDigest(0, 4) }).toEqual(before);
+    expect(await store.versionOf('a')).toBe(3);
+    expect(await store.versionOf('b')).toBe(4);
+    // Done again once the disk takes writes: a version named twice is removed once.
+    expect(await store.dropStaleLog([1, 2, 2])).toBe(2);
+    expect(await store.logVersionsAfter(0, 10)).toEqual([3, 4]);
+    expect(store.logSize).toBe(2);
+    expect(await store.reconcile([{ id: 'b', leader: undefined }], () => false)).toHaveLength(1);
+    expect(store.docCount).toBe(1);
+    expect(await store.logVersionsAfter(0, 10)).toEqual([3]);
+  });
+});
+
 describe('replica store write buffer', () => {
   it('takes a LevelDB write buffer size, flushing to table files that much sooner, and loses nothing', async () => {
     const path = join(tmp.dir, 'small-buffer');

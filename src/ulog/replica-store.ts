@@ -755,6 +755,9 @@ export class ReplicaStore {
     const changed: Reconcile[] = [];
     const logAdded: number[] = [];
     const logRemoved: number[] = [];
+    // What to put back in memory if the write fails: nothing of it is on disk then.
+    const undo: Array<{ id: string; prev: Known }> = [];
+    const liveBefore = this.liveDocs;
     for (const { id, leader } of items) {
       const cur = this.known.get(id) ?? NONE;
       if (cur.version !== 0 && sinceSync(cur.version)) continue;
@@ -764,6 +767,7 @@ export class ReplicaStore {
         batch.push({ type: 'del', key: logKey(cur.version) });
         logRemoved.push(cur.version);
       }
+      undo.push({ id, prev: cur });
       if (leader === undefined) {
         batch.push({ type: 'del', key: docKey(id) });
         this.setKnown(id, NONE);
@@ -781,10 +785,18 @@ export class ReplicaStore {
     }
     if (batch.length === 0) return changed;
     batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
-    this.logCount = Math.max(0, this.logCount + logAdded.length - logRemoved.length);
+    const logDelta = Math.max(0, this.logCount + logAdded.length - logRemoved.length) - this.logCount;
+    this.logCount += logDelta;
     batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
     const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
-    await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
+    try {
+      await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
+    } catch (err) {
+      for (let i = undo.length - 1; i >= 0; i--) this.setKnown(undo[i]!.id, undo[i]!.prev);
+      this.liveDocs = liveBefore;
+      this.logCount -= logDelta;
+      throw err;
+    }
     await this.newestFromLog();
     return changed;
   }
@@ -798,16 +810,20 @@ export class ReplicaStore {
   dropStaleLog(versions: readonly number[]): Promise<number> {
     const run = this.decideChain.then(async () => {
       await this.flush();
-      const entries = await this.logEntries(versions);
+      const entries = await this.logEntries([...new Set(versions)]);
       if (entries.length === 0) return 0;
       const release = await this.remember(entries.map((e) => e.id));
       try {
         const stale = entries.filter((e) => (this.known.get(e.id) ?? NONE).version !== e.version).map((e) => e.version);
         if (stale.length === 0) return 0;
+        // Counted down before the write is queued: a write of applies joining it records the count too.
         this.logCount = Math.max(0, this.logCount - stale.length);
         const batch: BatchOp[] = stale.map((v) => ({ type: 'del', key: logKey(v) }));
         batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
-        await this.enqueue(batch, true, [], { logRemoved: stale });
+        await this.enqueue(batch, true, [], { logRemoved: stale }).catch((err: unknown) => {
+          this.logCount += stale.length;
+          throw err;
+        });
         await this.newestFromLog();
         return stale.length;
       } finally {
