@@ -237,6 +237,24 @@ describe('query engine against a document-by-document evaluation', () => {
     );
   });
 
+  it('conjunctions of terms, read densely or leapfrogged: same hits, scores bit for bit, totals', () => {
+    const conjunction: fc.Arbitrary<Query> = fc.record({
+      kind: fc.constant('bool' as const),
+      must: fc.array(arbTerm, { minLength: 2, maxLength: 3 }),
+      should: fc.constant([]),
+      mustNot: fc.constant([]),
+      boost: fc.constant(1),
+    });
+    fc.assert(
+      fc.property(fc.array(arbOp, { minLength: 1, maxLength: 80 }), conjunction, fc.array(arbFilter, { maxLength: 1 }), arbSort, (ops, q, filters, sort) => {
+        const { docs, single } = applyOps(ops, 1);
+        const req: SearchRequest = { q, filters, sort, limit: 10 };
+        expect(single.search(req)).toEqual(referenceSearch(docs, req));
+      }),
+      { numRuns: 400 },
+    );
+  });
+
   it('segments and two shards with global statistics: the same as one index', () => {
     fc.assert(
       fc.property(fc.array(arbOp, { minLength: 1, maxLength: 60 }), arbRequest, (ops, req) => {

@@ -85,6 +85,13 @@ export class QueryExecutor {
       const mask = filters.length === 0 ? null : this.filterMask(filters);
       return cached.count === 0 || (filters.length > 0 && mask === null) ? NO_MATCHES : bitsetDocs(cached.bits, mask, this.ix.live);
     }
+    const all = conjunctionOfTerms(q);
+    if (all !== null) {
+      const mask = filters.length === 0 ? null : this.filterMask(filters);
+      if (filters.length > 0 && mask === null) return NO_MATCHES;
+      const m = this.termConjunction(all, scoring, mask);
+      if (m !== null) return m;
+    }
     // A union of terms reads every posting anyway: it is summed in a dense accumulator (Lucene's
     // BooleanScorer), the filters as one mask, rather than merged posting by posting.
     const terms = unionOfTerms(q);
@@ -336,8 +343,94 @@ export class QueryExecutor {
     }
   }
 
-  /** A term's postings streamed into an accumulator. */
-  private termInto(acc: Accumulator, f: InvertedField, term: string, boost: number, scoring: boolean, mask: Uint32Array | null): void {
+  /**
+   * The documents matching every one of `clauses` (each a term, over the default fields when it
+   * names none), when their postings are dense enough that reading them beats leapfrogging: the
+   * clause with the fewest postings is summed into an accumulator (the candidates), then each
+   * clause in the query's order into a scratch one, only where a candidate is (a look at a byte
+   * per posting, no score computed elsewhere), dropping the candidates it lacks. A match's score
+   * adds the clauses' sums in the query's order, each summed over its fields in name order: the
+   * conjunction cursor's arithmetic exactly. Null when leapfrogging is cheaper (one clause far
+   * rarer than the others).
+   */
+  private termConjunction(clauses: readonly TermQuery[], scoring: boolean, mask: Uint32Array | null): Matches | null {
+    const postings = clauses.map((c) => {
+      let n = 0;
+      for (const f of this.fieldsOf(c.field)) {
+        const id = f === undefined ? -1 : f.termId(c.term);
+        if (id >= 0) n += f!.docFreq[id];
+      }
+      return n;
+    });
+    let lead = 0;
+    for (let i = 1; i < clauses.length; i++) if (postings[i] < postings[lead]) lead = i;
+    if (postings[lead] === 0) return NO_MATCHES;
+    let others = 0;
+    for (let i = 0; i < clauses.length; i++) if (i !== lead) others += postings[i];
+    if (others > DENSE_CONJUNCTION_RATIO * postings[lead]) return null;
+    const pool = this.ix.accumulators;
+    const maxDoc = this.ix.maxDoc;
+    const into = (acc: Accumulator, c: TermQuery, only: Uint8Array | null): void => {
+      for (const f of this.fieldsOf(c.field)) if (f !== undefined) this.termInto(acc, f, c.term, c.boost * this.fieldBoost(f.key), scoring, mask, only);
+    };
+    // The candidates are cand's marked documents, listed in cand.touched: one a clause lacks is
+    // unmarked and leaves the list, so that reset() still clears exactly what is marked.
+    const cand = pool.acquire(maxDoc);
+    const scratch = pool.acquire(maxDoc);
+    const sumsAcc = scoring ? pool.acquire(maxDoc) : null;
+    const total = sumsAcc === null ? null : sumsAcc.scores;
+    try {
+      into(cand, clauses[lead], null);
+      const marks = cand.marks;
+      const touched = cand.touched;
+      for (let i = 0; i < clauses.length; i++) {
+        let sums = cand.scores;
+        let has: Uint8Array | null = null;
+        if (i !== lead) {
+          scratch.reset();
+          into(scratch, clauses[i], marks);
+          sums = scratch.scores;
+          has = scratch.marks;
+        }
+        let kept = 0;
+        for (let k = 0; k < cand.count; k++) {
+          const d = touched[k];
+          if (has !== null && has[d] !== 1) {
+            marks[d] = 0;
+            continue;
+          }
+          touched[kept++] = d;
+          if (total !== null) total[d] = i === 0 ? sums[d] : total[d] + sums[d];
+        }
+        cand.count = kept;
+      }
+      const n = cand.count;
+      if (n === 0) return NO_MATCHES;
+      const docs = new Int32Array(n);
+      const scores = total === null ? null : new Float64Array(n);
+      if (n * 8 < maxDoc) {
+        docs.set(touched.subarray(0, n));
+        docs.sort();
+        if (scores !== null) for (let k = 0; k < n; k++) scores[k] = total![docs[k]];
+      } else {
+        // Many: a pass over the marks gives them in order (and reads the sums in order).
+        for (let d = 0, k = 0; k < n; d++) {
+          if (marks[d] !== 1) continue;
+          docs[k] = d;
+          if (scores !== null) scores[k] = total![d];
+          k++;
+        }
+      }
+      return { docs, scores, size: n };
+    } finally {
+      pool.release(cand);
+      pool.release(scratch);
+      if (sumsAcc !== null) pool.release(sumsAcc);
+    }
+  }
+
+  /** A term's postings streamed into an accumulator (only the documents marked in `only`, when given). */
+  private termInto(acc: Accumulator, f: InvertedField, term: string, boost: number, scoring: boolean, mask: Uint32Array | null, only: Uint8Array | null = null): void {
     const id = f.termId(term);
     if (id < 0 || f.docFreq[id] === 0) return;
     const p = f.postingsOf(id);
@@ -350,7 +443,7 @@ export class QueryExecutor {
     if (!scoring) {
       for (let i = 0; i < len; i += 2) {
         const d = p[i];
-        if (live[d] !== 1 || marks[d] === 1) continue;
+        if ((only !== null && only[d] !== 1) || live[d] !== 1 || marks[d] === 1) continue;
         if (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0) continue;
         marks[d] = 1;
         touched[count++] = d;
@@ -363,7 +456,7 @@ export class QueryExecutor {
     const lengths = f.lengths;
     for (let i = 0; i < len; i += 2) {
       const d = p[i];
-      if (live[d] !== 1) continue;
+      if ((only !== null && only[d] !== 1) || live[d] !== 1) continue;
       if (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0) continue;
       const s = boost * bm25(p[i + 1], lengths[d], avgdl, idf);
       if (marks[d] === 0) {
@@ -573,6 +666,18 @@ function rarest(f: InvertedField, ids: ArrayLike<number>): number {
   let lead = 0;
   for (let j = 1; j < ids.length; j++) if (f.docFreq[ids[j]] < f.docFreq[ids[lead]]) lead = j;
   return lead;
+}
+
+/**
+ * termConjunction() reads every posting of the clauses but the rarest when they hold at most this
+ * many times its postings; past that, leapfrogging from the rarest skips most of them.
+ */
+const DENSE_CONJUNCTION_RATIO = 8;
+
+/** The term clauses of `q` when it is a conjunction of two or more terms and nothing else, or null. */
+function conjunctionOfTerms(q: Query): readonly TermQuery[] | null {
+  if (q.kind !== 'bool' || q.must.length < 2 || q.should.length > 0 || q.mustNot.length > 0 || q.boost !== 1) return null;
+  return q.must.every((c): c is TermQuery => c.kind === 'term') ? (q.must as readonly TermQuery[]) : null;
 }
 
 /** The term clauses of `q` when it is a union of terms and nothing else, or null. */
