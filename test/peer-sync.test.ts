@@ -3,6 +3,7 @@
 // convergence replaces what only the replica holds (a deposed leader's unacknowledged write).
 import { join } from 'node:path';
 import { pino } from 'pino';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { holdsSameLog, syncFrom, type PeerLogInfo, type SyncSource } from '../src/distrib/recovery.js';
 import { ShardReplica } from '../src/distrib/replica.js';
@@ -198,6 +199,44 @@ describe('peer sync', () => {
     const report = await syncFrom(replica, source, await source.info());
     expect(report.applied).toBe(50);
     expect(await contents(replica)).toEqual(await contents(leader));
+  });
+});
+
+describe('peer sync after any history of a leader change', () => {
+  it('ends with exactly the new leader\'s documents and log, whatever each side missed or alone received', async () => {
+    // An old leader's writes (epoch 1) reached the new leader and this replica each with some
+    // losses; then the new leader's own writes (epoch 2) reached the replica with some losses.
+    // Writes only the replica got are a deposed leader's that nobody acknowledged.
+    const write = fc.record({ id: fc.nat(12), del: fc.boolean(), toLeader: fc.boolean(), toReplica: fc.boolean() });
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(write, { maxLength: 40 }), fc.array(write, { maxLength: 20 }), async (old, mine) => {
+        const leader = await replicaIn(`leader${run}`);
+        const replica = await replicaIn(`replica${run++}`);
+        const entry = (w: { id: number; del: boolean }, version: number): UpdateOp => ({ id: `d${w.id}`, version, doc: w.del ? null : { id: `d${w.id}`, version } });
+        for (const [n, w] of old.entries()) {
+          const e = entry(w, epochBase(1) + n + 1);
+          if (w.toLeader) await leader.apply([e]);
+          if (w.toReplica) await replica.apply([e]);
+        }
+        for (const [n, w] of mine.entries()) {
+          const e = entry(w, epochBase(2) + n + 1);
+          await leader.apply([e]);
+          if (w.toReplica) await replica.apply([e]);
+        }
+        const source = sourceOf(leader, { entries: 0, versions: 0 });
+        await syncFrom(replica, source, { ...(await source.info()), epoch: 2 });
+        expect(await contents(replica)).toEqual(await contents(leader));
+        expect(await replica.store.logVersionsAfter(0, 1000)).toEqual(await leader.store.logVersionsAfter(0, 1000));
+        expect(await holdsSameLog(replica, source)).toBe(true);
+        expect(replica.store.docCount).toBe(leader.store.docCount);
+        for (const r of [leader, replica]) {
+          tmp.stores.splice(tmp.stores.indexOf(r.store), 1);
+          await r.store.close();
+        }
+      }),
+      { numRuns: 150 },
+    );
   });
 });
 

@@ -3,7 +3,7 @@
 // same digest, else peer sync lists every version of the window), its kept size is its key count,
 // the live count is the live documents, and each id ends at the newest version it was sent.
 // Random scripts of applies (repeated, reordered, deletes), reconciles, removals of stale log
-// entries and trims, fired while earlier work is still being looked up and written, with little
+// entries, superseded entries recorded, and trims, fired while earlier work is still being looked up and written, with little
 // room for ids in memory; checked again after a reopen (the sums read from disk, not recounted).
 import fc from 'fast-check';
 import { join } from 'node:path';
@@ -14,7 +14,7 @@ import { useTempStores } from './support/temp-stores.js';
 
 const tmp = useTempStores('store-invariants');
 
-type Step = { kind: 'apply'; versions: number[] } | { kind: 'reconcile'; version: number } | { kind: 'drop'; versions: number[] } | { kind: 'pause' };
+type Step = { kind: 'apply'; versions: number[] } | { kind: 'reconcile'; version: number } | { kind: 'drop' | 'record'; versions: number[] } | { kind: 'pause' };
 
 // Spread over several of the log's sum buckets (log-sums.ts, 4,096 versions each), so that a
 // digest reads the persisted sums of whole buckets, not only the keys of its edges.
@@ -23,6 +23,7 @@ const step: fc.Arbitrary<Step> = fc.oneof(
   { weight: 8, arbitrary: fc.record({ kind: fc.constant('apply' as const), versions: fc.array(version, { minLength: 1, maxLength: 6 }) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('reconcile' as const), version }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('drop' as const), versions: fc.array(version, { minLength: 1, maxLength: 4 }) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('record' as const), versions: fc.array(version, { minLength: 1, maxLength: 4 }) }) },
   { weight: 2, arbitrary: fc.constant({ kind: 'pause' as const }) },
 );
 
@@ -70,6 +71,12 @@ describe('replica store invariants under concurrent work', () => {
         const work: Array<Promise<unknown>> = [];
         for (const [at, s] of steps.entries()) {
           if (s.kind === 'pause') await new Promise((r) => setImmediate(r));
+          else if (s.kind === 'record') {
+            // Recorded in the log again, as a send puts it there.
+            const versions = s.versions.filter((v) => !deposed.has(v));
+            for (const v of versions) sentAt.set(v, at);
+            work.push(store.recordSuperseded(versions.map(toOp)));
+          }
           else if (s.kind === 'drop') {
             for (const v of s.versions) if ((newest.get(toOp(v).id) ?? 0) > v) staleDropAt.set(v, at);
             work.push(store.dropStaleLog(s.versions));

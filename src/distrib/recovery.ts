@@ -143,9 +143,14 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
   let applied = 0;
   for (let i = 0; i < missing.length; i += ENTRIES_PAGE) {
     const page = await source.logEntries(missing.slice(i, i + ENTRIES_PAGE));
-    const n = (await replica.apply(page)).length;
-    applied += n;
-    progress?.('applied', n);
+    const done = await replica.apply(page);
+    applied += done.length;
+    progress?.('applied', done.length);
+    // Those superseded here by a newer version still go to our log, as they are in the peer's.
+    if (done.length < page.length) {
+      const versions = new Set(done.map((e) => e.version));
+      await replica.store.recordSuperseded(page.filter((e) => !versions.has(e.version)));
+    }
   }
   return { theirs: new Set(theirs), ours, applied, compared: theirs.length + ours.length };
 }

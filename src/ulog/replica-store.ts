@@ -834,6 +834,45 @@ export class ReplicaStore {
     return run;
   }
 
+  /**
+   * Records in the log those of `entries` (fetched from the leader's log by a peer sync) that
+   * this replica did not apply because it holds a newer version of their id: a write it missed,
+   * superseded since. Its documents do not change; the two logs then hold the same versions, so
+   * their digests agree (a later peer sync compares digests, a leader handover checks them).
+   * Resolves how many it recorded.
+   */
+  recordSuperseded(entries: readonly StoredEntry[]): Promise<number> {
+    const run = this.decideChain.then(async () => {
+      await this.flush();
+      const fresh = entries.filter((e) => e.version > this.trimmed);
+      if (fresh.length === 0) return 0;
+      const absent = await this.db.getMany(fresh.map((e) => logKey(e.version)));
+      const candidates = fresh.filter((_, i) => absent[i] === undefined);
+      if (candidates.length === 0) return 0;
+      const release = await this.remember(candidates.map((e) => e.id));
+      try {
+        const byVersion = new Map<number, StoredEntry>();
+        for (const e of candidates) if ((this.known.get(e.id) ?? NONE).version > e.version) byVersion.set(e.version, e);
+        const superseded = [...byVersion.values()];
+        if (superseded.length === 0) return 0;
+        const batch: BatchOp[] = superseded.map((e) => ({ type: 'put', key: logKey(e.version), value: encodeEntry(e) }));
+        // Counted up before the write is queued: a write of applies joining it records the count too.
+        this.logCount += superseded.length;
+        batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
+        const added = superseded.map((e) => e.version);
+        await this.enqueue(batch, true, [], { logAdded: added }).catch((err: unknown) => {
+          this.logCount -= superseded.length;
+          throw err;
+        });
+        return superseded.length;
+      } finally {
+        release();
+      }
+    });
+    this.decideChain = run.catch(() => undefined);
+    return run;
+  }
+
   /** The newest version again, after log entries were removed: trimming drops the oldest entries only, so it is the newest log key. */
   private async newestFromLog(): Promise<void> {
     let max = this.trimmed;
