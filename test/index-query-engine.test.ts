@@ -426,6 +426,14 @@ describe('FilterCache', () => {
     // Sorted by score, a query is never cached.
     for (let i = 0; i < 3; i++) index.search({ q: 'beta' });
     expect(index.filterCache.size).toBe(1);
+    // One search is one use, also when a sort that skips gives up and reads every match.
+    const other = new ShardIndex(schema);
+    for (let i = 0; i < 100; i++) other.add(`d${i}`, i % 2 === 0 ? { title: 'alpha' } : { title: 'beta', price: i });
+    const noPrices: SearchRequest = { q: 'alpha', sort: 'price desc', limit: 3, trackTotalHits: 5 };
+    const once = other.search(noPrices);
+    expect(other.filterCache.size).toBe(0);
+    expect(other.search(noPrices)).toEqual(once);
+    expect(other.filterCache.size).toBe(1);
   });
 
   it('an index clears its cache when compaction renumbers documents', () => {

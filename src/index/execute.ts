@@ -51,6 +51,9 @@ export interface IndexView {
 }
 
 export class QueryExecutor {
+  /** The last query cachedQuery() was asked about, and its answer. */
+  private asked: { readonly q: Query; readonly cached: CachedFilter | null } | undefined;
+
   constructor(
     private readonly ix: IndexView,
     private readonly stats: StatsLookup | null,
@@ -204,8 +207,12 @@ export class QueryExecutor {
    */
   private cachedQuery(q: Query): CachedFilter | null {
     if (q.kind === 'all' || q.kind === 'none') return null;
+    // Once per search: a sort that gives up skipping asks again, and that is not a second use.
+    if (this.asked?.q === q) return this.asked.cached;
     const key = JSON.stringify(q);
-    return this.ix.filterCache.repeated(key) ? this.cachedFilter(q, key) : null;
+    const cached = this.ix.filterCache.repeated(key) ? this.cachedFilter(q, key) : null;
+    this.asked = { q, cached };
+    return cached;
   }
 
   /**
