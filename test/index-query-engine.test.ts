@@ -415,6 +415,10 @@ describe('FilterCache', () => {
     // A cached key is always repeated.
     cache.get('f', 32, matches(1));
     expect(cache.repeated('f')).toBe(true);
+    // A very long query is never remembered, so never cached.
+    const long = 'x'.repeat(5000);
+    expect(cache.repeated(long)).toBe(false);
+    expect(cache.repeated(long)).toBe(false);
     const index = new ShardIndex(schema);
     for (let i = 0; i < 100; i++) index.add(`d${i}`, { title: i % 2 === 0 ? 'alpha' : 'beta', price: i });
     const sorted: SearchRequest = { q: 'alpha', sort: 'price desc', limit: 3 };

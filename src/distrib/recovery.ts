@@ -158,8 +158,9 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
 /**
  * Makes every id whose current version we logged after `from` and the peer's log lacks hold what
  * the peer holds for it, and removes the other such versions from our log. Normally there are
- * none; those there are are writes a deposed leader applied and nobody acknowledged. A version that may have reached us from the peer after it
- * answered (`info`) is left alone: one of the peer's own epoch newer than its newest version then.
+ * none; those there are are writes a deposed leader applied and nobody acknowledged. A version
+ * that may have reached us from the peer after it answered (`info`) is left alone: one of the
+ * peer's own epoch newer than its newest version then.
  */
 export async function converge(replica: ShardReplica, source: SyncSource, info: PeerLogInfo, logs: LogComparison): Promise<number> {
   const peerEpoch = info.epoch ?? epochOf(info.maxVersion);

@@ -25,8 +25,10 @@ interface Entry extends CachedFilter {
   readonly maxDoc: number;
 }
 
-/** Uses remembered for repeated(): the last this many keys asked. */
+/** Uses remembered for repeated(): the last this many keys asked... */
 const HISTORY = 256;
+/** ...of at most this many characters (a longer query is never cached: the history stays small). */
+const HISTORY_KEY_MAX = 2048;
 
 export class FilterCache {
   private readonly entries = new Map<string, Entry>();
@@ -79,6 +81,7 @@ export class FilterCache {
   /** Records a use of `key`; whether it is cached or was used before among the last uses. */
   repeated(key: string): boolean {
     if (this.entries.has(key)) return true;
+    if (key.length > HISTORY_KEY_MAX) return false;
     const before = this.uses.get(key) ?? 0;
     this.uses.set(key, before + 1);
     this.history.push(key);

@@ -817,11 +817,12 @@ export class ReplicaStore {
         const stale = entries.filter((e) => (this.known.get(e.id) ?? NONE).version !== e.version).map((e) => e.version);
         if (stale.length === 0) return 0;
         // Counted down before the write is queued: a write of applies joining it records the count too.
-        this.logCount = Math.max(0, this.logCount - stale.length);
+        const logDelta = Math.max(0, this.logCount - stale.length) - this.logCount;
+        this.logCount += logDelta;
         const batch: BatchOp[] = stale.map((v) => ({ type: 'del', key: logKey(v) }));
         batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
         await this.enqueue(batch, true, [], { logRemoved: stale }).catch((err: unknown) => {
-          this.logCount += stale.length;
+          this.logCount -= logDelta;
           throw err;
         });
         await this.newestFromLog();
