@@ -51,7 +51,7 @@ async function restartAll(cluster, expected, timeline = false) {
       if (!/"msg":"(replica opened|replica recovered|replica index loaded|replica index rebuilt)"/.test(line)) continue;
       const e = JSON.parse(line);
       const at = ((e.time - (Date.now() - (performance.now() - t0))) / 1000).toFixed(1);
-      log(`    ${n.name ?? names[i]} +${at} s ${e.msg} ${e.replica ?? ''} ${['docs', 'indexMs', 'loadMs', 'replayed', 'method', 'applied', 'reverted', 'compared', 'ms'].filter((k) => e[k] !== undefined).map((k) => `${k}=${e[k]}`).join(' ')}`);
+      log(`    ${n.name ?? names[i]} +${at} s ${e.msg} ${e.replica ?? ''} ${['docs', 'indexMs', 'loadMs', 'replayed', 'method', 'applied', 'reverted', 'compared', 'onlyTheirs', 'onlyOurs', 'ms'].filter((k) => e[k] !== undefined).map((k) => `${k}=${e[k]}`).join(' ')}`);
     }
   }
   if (timeline) {

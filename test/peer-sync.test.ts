@@ -78,7 +78,7 @@ describe('peer sync', () => {
     const report = await syncFrom(replica, source, await source.info());
 
     // The digests differ (the replica lacks versions in the middle): both logs are listed in full.
-    expect(report).toEqual({ method: 'peer-sync', applied: 5, copied: 0, reverted: 0, compared: 2001 + 1996 });
+    expect(report).toEqual({ method: 'peer-sync', applied: 5, copied: 0, reverted: 0, compared: 2001 + 1996, onlyTheirs: 5, onlyOurs: 0 });
     expect(counts.entries).toBe(5);
     expect(counts.versions).toBe(2001);
     expect(await contents(replica)).toEqual(await contents(leader));
@@ -118,7 +118,7 @@ describe('peer sync', () => {
     const counts: Counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
-    expect(report).toEqual({ method: 'peer-sync', applied: 10, copied: 0, reverted: 0, compared: 10 });
+    expect(report).toEqual({ method: 'peer-sync', applied: 10, copied: 0, reverted: 0, compared: 10, onlyTheirs: 10, onlyOurs: 0 });
     expect(counts.versions).toBe(10);
     expect(await contents(replica)).toEqual(await contents(leader));
   });
@@ -133,7 +133,8 @@ describe('peer sync', () => {
     const counts: Counts = { entries: 0, versions: 0 };
     const source = sourceOf(leader, counts);
     const report = await syncFrom(replica, source, await source.info());
-    expect(report).toEqual({ method: 'peer-sync', applied: 2, copied: 0, reverted: 1, compared: 4 + 3 });
+    // Leader 1, 2, 3, 5 against replica 1, 2, 4: two versions only the leader's log holds, one only ours.
+    expect(report).toEqual({ method: 'peer-sync', applied: 2, copied: 0, reverted: 1, compared: 4 + 3, onlyTheirs: 2, onlyOurs: 1 });
     expect(counts.versions).toBe(4);
     expect(await contents(replica)).toEqual(await contents(leader));
   });

@@ -55,6 +55,12 @@ export interface RecoveryReport {
   readonly reverted: number;
   /** Peer sync: log versions compared one by one (0 when the two logs' digests agreed up to our newest version). */
   readonly compared?: number;
+  /**
+   * Peer sync that compared versions: how many of them only the peer's log held, and only ours
+   * (before converging). Both 0 would mean the digests disagreed over the same versions.
+   */
+  readonly onlyTheirs?: number;
+  readonly onlyOurs?: number;
 }
 
 /** Versions per listing page, and entries per fetch (the RPC's bound is 10,000). */
@@ -194,7 +200,10 @@ export async function syncFrom(replica: ShardReplica, source: SyncSource, info: 
   if (canPeerSync(localMax, from, info)) {
     const logs = await peerSync(replica, source, from, progress);
     const reverted = localMax === 0 ? 0 : await converge(replica, source, info, logs);
-    return { method: 'peer-sync', applied: logs.applied, copied: 0, reverted, compared: logs.compared };
+    const report = { method: 'peer-sync' as const, applied: logs.applied, copied: 0, reverted, compared: logs.compared };
+    if (logs.compared === 0) return report;
+    const onlyOurs = logs.ours.filter((v) => !logs.theirs.has(v)).length;
+    return { ...report, onlyTheirs: logs.theirs.size - (logs.ours.length - onlyOurs), onlyOurs };
   }
   await replica.reset();
   let copied = 0;
