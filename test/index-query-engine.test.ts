@@ -407,18 +407,22 @@ describe('FilterCache', () => {
 
   it('caches a query whose scores are not needed only once it recurs among the last 256 searches', () => {
     const cache = new FilterCache();
-    expect(cache.repeated('q1')).toBe(false);
-    expect(cache.repeated('q1')).toBe(true);
-    for (let i = 0; i < 256; i++) cache.repeated(`other${i}`);
+    expect(cache.repeated('q1', 32)).toBe(false);
+    expect(cache.repeated('q1', 32)).toBe(true);
+    for (let i = 0; i < 256; i++) cache.repeated(`other${i}`, 32);
     // Its uses fell out of the history: seen once again, it is not repeated.
-    expect(cache.repeated('q1')).toBe(false);
-    // A cached key is always repeated.
+    expect(cache.repeated('q1', 32)).toBe(false);
+    // Uses count at one maxDoc: on an index taking adds, a query is never repeated.
+    expect(cache.repeated('q2', 32)).toBe(false);
+    expect(cache.repeated('q2', 33)).toBe(false);
+    // A key cached for this maxDoc is always repeated; one cached for another is not.
     cache.get('f', 32, matches(1));
-    expect(cache.repeated('f')).toBe(true);
+    expect(cache.repeated('f', 32)).toBe(true);
+    expect(cache.repeated('f', 64)).toBe(false);
     // A very long query is never remembered, so never cached.
     const long = 'x'.repeat(5000);
-    expect(cache.repeated(long)).toBe(false);
-    expect(cache.repeated(long)).toBe(false);
+    expect(cache.repeated(long, 32)).toBe(false);
+    expect(cache.repeated(long, 32)).toBe(false);
     const index = new ShardIndex(schema);
     for (let i = 0; i < 100; i++) index.add(`d${i}`, { title: i % 2 === 0 ? 'alpha' : 'beta', price: i });
     const sorted: SearchRequest = { q: 'alpha', sort: 'price desc', limit: 3 };
@@ -430,6 +434,15 @@ describe('FilterCache', () => {
     // Sorted by score, a query is never cached.
     for (let i = 0; i < 3; i++) index.search({ q: 'beta' });
     expect(index.filterCache.size).toBe(1);
+    // A dense conjunction holds two scratch accumulators, and gives them back clean.
+    const dense = new ShardIndex(schema);
+    for (let i = 0; i < 200; i++) dense.add(`d${i}`, { title: i % 3 === 0 ? 'alpha beta' : 'alpha', body: i % 2 === 0 ? 'beta' : 'gamma' });
+    const and = dense.search({ q: 'alpha AND beta', limit: 5 });
+    expect(and.total).toBe(133);
+    const free = (dense.accumulators as unknown as { free: Array<{ count: number; marks: Uint8Array }> }).free;
+    expect(free.length).toBeLessThanOrEqual(2);
+    for (const acc of free) expect({ count: acc.count, marked: acc.marks.some((m) => m !== 0) }).toEqual({ count: 0, marked: false });
+    expect(dense.search({ q: 'alpha AND beta', limit: 5 })).toEqual(and);
     // One search is one use, also when a sort that skips gives up and reads every match.
     const other = new ShardIndex(schema);
     for (let i = 0; i < 100; i++) other.add(`d${i}`, i % 2 === 0 ? { title: 'alpha' } : { title: 'beta', price: i });

@@ -51,8 +51,8 @@ export interface IndexView {
 }
 
 export class QueryExecutor {
-  /** The last query cachedQuery() was asked about, and its answer. */
-  private asked: { readonly q: Query; readonly cached: CachedFilter | null } | undefined;
+  /** The last query cachedQuery() was asked about (an executor serves one search), and its answer. */
+  private asked: { readonly q: Query; readonly maxDoc: number; readonly cached: CachedFilter | null } | undefined;
 
   constructor(
     private readonly ix: IndexView,
@@ -90,9 +90,7 @@ export class QueryExecutor {
     }
     const all = conjunctionOfTerms(q);
     if (all !== null) {
-      const mask = filters.length === 0 ? null : this.filterMask(filters);
-      if (filters.length > 0 && mask === null) return NO_MATCHES;
-      const m = this.termConjunction(all, scoring, mask);
+      const m = this.termConjunction(all, scoring, filters);
       if (m !== null) return m;
     }
     // A union of terms reads every posting anyway: it is summed in a dense accumulator (Lucene's
@@ -208,10 +206,11 @@ export class QueryExecutor {
   private cachedQuery(q: Query): CachedFilter | null {
     if (q.kind === 'all' || q.kind === 'none') return null;
     // Once per search: a sort that gives up skipping asks again, and that is not a second use.
-    if (this.asked?.q === q) return this.asked.cached;
+    const maxDoc = this.ix.maxDoc;
+    if (this.asked?.q === q && this.asked.maxDoc === maxDoc) return this.asked.cached;
     const key = JSON.stringify(q);
-    const cached = this.ix.filterCache.repeated(key) ? this.cachedFilter(q, key) : null;
-    this.asked = { q, cached };
+    const cached = this.ix.filterCache.repeated(key, maxDoc) ? this.cachedFilter(q, key) : null;
+    this.asked = { q, maxDoc, cached };
     return cached;
   }
 
@@ -360,7 +359,7 @@ export class QueryExecutor {
    * conjunction cursor's arithmetic exactly. Null when leapfrogging is cheaper (one clause far
    * rarer than the others).
    */
-  private termConjunction(clauses: readonly TermQuery[], scoring: boolean, mask: Uint32Array | null): Matches | null {
+  private termConjunction(clauses: readonly TermQuery[], scoring: boolean, filters: readonly Query[]): Matches | null {
     const postings = clauses.map((c) => {
       let n = 0;
       for (const f of this.fieldsOf(c.field)) {
@@ -375,56 +374,66 @@ export class QueryExecutor {
     let others = 0;
     for (let i = 0; i < clauses.length; i++) if (i !== lead) others += postings[i];
     if (others > DENSE_CONJUNCTION_RATIO * postings[lead]) return null;
+    const mask = filters.length === 0 ? null : this.filterMask(filters);
+    if (filters.length > 0 && mask === null) return NO_MATCHES;
     const pool = this.ix.accumulators;
     const maxDoc = this.ix.maxDoc;
     const into = (acc: Accumulator, c: TermQuery, only: Uint8Array | null): void => {
       for (const f of this.fieldsOf(c.field)) if (f !== undefined) this.termInto(acc, f, c.term, c.boost * this.fieldBoost(f.key), scoring, mask, only);
     };
     // The candidates are cand's marked documents, listed in cand.touched: one a clause lacks is
-    // unmarked and leaves the list, so that reset() still clears exactly what is marked.
+    // unmarked and leaves the list, so that reset() still clears exactly what is marked. Their
+    // running sums are kept in cand.scores; the lead clause's own sums, when it is not the first
+    // clause, wait aside, aligned with the list.
     const cand = pool.acquire(maxDoc);
     const scratch = pool.acquire(maxDoc);
-    const sumsAcc = scoring ? pool.acquire(maxDoc) : null;
-    const total = sumsAcc === null ? null : sumsAcc.scores;
     try {
       into(cand, clauses[lead], null);
       const marks = cand.marks;
       const touched = cand.touched;
+      const total = cand.scores;
+      let leadSums: Float64Array | null = null;
+      if (scoring && lead !== 0) {
+        leadSums = new Float64Array(cand.count);
+        for (let k = 0; k < cand.count; k++) leadSums[k] = total[touched[k]];
+      }
       for (let i = 0; i < clauses.length; i++) {
-        let sums = cand.scores;
-        let has: Uint8Array | null = null;
-        if (i !== lead) {
-          scratch.reset();
-          into(scratch, clauses[i], marks);
-          sums = scratch.scores;
-          has = scratch.marks;
+        if (i === lead) {
+          // The first clause's sums are in place; a later lead's are added (it drops no candidate).
+          if (leadSums !== null) for (let k = 0; k < cand.count; k++) total[touched[k]] += leadSums[k];
+          continue;
         }
+        scratch.reset();
+        into(scratch, clauses[i], marks);
+        const sums = scratch.scores;
+        const has = scratch.marks;
         let kept = 0;
         for (let k = 0; k < cand.count; k++) {
           const d = touched[k];
-          if (has !== null && has[d] !== 1) {
+          if (has[d] !== 1) {
             marks[d] = 0;
             continue;
           }
+          if (scoring) total[d] = i === 0 ? sums[d] : total[d] + sums[d];
+          if (leadSums !== null) leadSums[kept] = leadSums[k];
           touched[kept++] = d;
-          if (total !== null) total[d] = i === 0 ? sums[d] : total[d] + sums[d];
         }
         cand.count = kept;
       }
       const n = cand.count;
       if (n === 0) return NO_MATCHES;
       const docs = new Int32Array(n);
-      const scores = total === null ? null : new Float64Array(n);
+      const scores = scoring ? new Float64Array(n) : null;
       if (n * 8 < maxDoc) {
         docs.set(touched.subarray(0, n));
         docs.sort();
-        if (scores !== null) for (let k = 0; k < n; k++) scores[k] = total![docs[k]];
+        if (scores !== null) for (let k = 0; k < n; k++) scores[k] = total[docs[k]];
       } else {
         // Many: a pass over the marks gives them in order (and reads the sums in order).
         for (let d = 0, k = 0; k < n; d++) {
           if (marks[d] !== 1) continue;
           docs[k] = d;
-          if (scores !== null) scores[k] = total![d];
+          if (scores !== null) scores[k] = total[d];
           k++;
         }
       }
@@ -432,7 +441,6 @@ export class QueryExecutor {
     } finally {
       pool.release(cand);
       pool.release(scratch);
-      if (sumsAcc !== null) pool.release(sumsAcc);
     }
   }
 

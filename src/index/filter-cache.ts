@@ -78,10 +78,15 @@ export class FilterCache {
     return entry;
   }
 
-  /** Records a use of `key`; whether it is cached or was used before among the last uses. */
-  repeated(key: string): boolean {
-    if (this.entries.has(key)) return true;
+  /**
+   * Records a use of `key` on an index of `maxDoc` documents; whether it is cached for that
+   * maxDoc or was used before at that maxDoc among the last uses (on an index taking adds, a
+   * query is never repeated: a bitset there would be built again at every search).
+   */
+  repeated(key: string, maxDoc: number): boolean {
+    if (this.entries.get(key)?.maxDoc === maxDoc) return true;
     if (key.length > HISTORY_KEY_MAX) return false;
+    key = `${maxDoc} ${key}`;
     const before = this.uses.get(key) ?? 0;
     this.uses.set(key, before + 1);
     this.history.push(key);
