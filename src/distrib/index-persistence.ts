@@ -481,17 +481,18 @@ export class PersistedIndex extends SearchIndexBinding {
 
   /** Indexes every stored document, in segments of at most maxSegmentDocs; returns how many. */
   private async rebuild(): Promise<number> {
-    return indexStored(this.o.store.entries(), this.index, (id) => this.refused(id), (n) => {
+    return indexStored(this.o.store.entries(), this.index, (id, err) => this.refused(id, err), (n) => {
       if (n % this.policy.maxSegmentDocs === 0) this.index.seal(this.newName());
     });
   }
 
   private indexInto(index: { add(id: string, doc: StoredDoc): void }, id: string, doc: StoredDoc): void {
-    if (!addStored(index, id, doc)) this.refused(id);
+    const err = addStored(index, id, doc);
+    if (err !== undefined) this.refused(id, err);
   }
 
-  private refused(id: string): void {
-    if (this.unindexable++ === 0) this.o.log.warn({ dir: this.o.dir, id }, 'a stored document the index refuses was left out of the search index');
+  private refused(id: string, err: unknown): void {
+    if (this.unindexable++ === 0) this.o.log.warn({ dir: this.o.dir, id, err }, 'a stored document the index refuses was left out of the search index');
   }
 }
 
@@ -503,14 +504,15 @@ export class PersistedIndex extends SearchIndexBinding {
 export async function indexStored(
   entries: AsyncIterable<StoredEntry>,
   index: { add(id: string, doc: StoredDoc): void },
-  refused: (id: string) => void,
+  refused: (id: string, err: unknown) => void,
   indexed?: (n: number) => void,
 ): Promise<number> {
   let n = 0;
   for await (const e of entries) {
     if (e.doc === null) continue;
-    if (!addStored(index, e.id, e.doc as StoredDoc)) {
-      refused(e.id);
+    const err = addStored(index, e.id, e.doc as StoredDoc);
+    if (err !== undefined) {
+      refused(e.id, err);
       continue;
     }
     n++;
@@ -519,12 +521,13 @@ export async function indexStored(
   return n;
 }
 
-function addStored(index: { add(id: string, doc: StoredDoc): void }, id: string, doc: StoredDoc): boolean {
+/** Adds a stored document; what the index threw, if it refused it. */
+function addStored(index: { add(id: string, doc: StoredDoc): void }, id: string, doc: StoredDoc): unknown {
   try {
     index.add(id, doc);
-    return true;
-  } catch {
-    return false;
+    return undefined;
+  } catch (err) {
+    return err ?? new Error('refused');
   }
 }
 

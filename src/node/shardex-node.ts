@@ -1374,9 +1374,9 @@ const FILE_CHUNK = 512 * 1024;
 async function* readChunks(handle: FileHandle, bytes: number): AsyncGenerator<Buffer> {
   if (bytes === 0) return;
   let read = 0;
-  for await (const data of handle.createReadStream({ start: 0, end: bytes - 1, highWaterMark: FILE_CHUNK, autoClose: false })) {
-    read += (data as Buffer).length;
-    yield data as Buffer;
+  for await (const data of handle.createReadStream({ start: 0, end: bytes - 1, highWaterMark: FILE_CHUNK, autoClose: false }) as AsyncIterable<Buffer>) {
+    read += data.length;
+    yield data;
   }
   if (read < bytes) throw new ShardexError('SHX_INTERNAL', `a segment file ended at ${read} of its ${bytes} bytes while it was copied`);
 }

@@ -51,7 +51,7 @@ export async function readShardCopy(o: ShardCopyOptions, messages: AsyncIterable
     o.log.warn({ dir: o.dir, problem: loaded.problem }, "a copied segment cannot be used; indexing the copy's documents instead");
   }
   const index = new ShardIndex(o.schema);
-  const indexed = await indexStored(o.replica.store.entries(), index, (id) => o.log.error({ id }, 'a copied document the index refuses was left out of the search index'));
+  const indexed = await indexStored(o.replica.store.entries(), index, (id, err) => o.log.error({ id, err }, 'a copied document the index refuses was left out of the search index'));
   return { commit, index, how: 'documents', segments: 0, indexed };
 }
 
