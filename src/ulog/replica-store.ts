@@ -785,16 +785,12 @@ export class ReplicaStore {
     }
     if (batch.length === 0) return changed;
     batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
-    const logDelta = Math.max(0, this.logCount + logAdded.length - logRemoved.length) - this.logCount;
-    this.logCount += logDelta;
-    batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
     const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
     try {
-      await this.enqueue(batch, true, [], { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
+      await this.writeLogChange(batch, { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
     } catch (err) {
       for (let i = undo.length - 1; i >= 0; i--) this.setKnown(undo[i]!.id, undo[i]!.prev);
       this.liveDocs = liveBefore;
-      this.logCount -= logDelta;
       throw err;
     }
     await this.newestFromLog();
@@ -816,15 +812,10 @@ export class ReplicaStore {
       try {
         const stale = entries.filter((e) => (this.known.get(e.id) ?? NONE).version !== e.version).map((e) => e.version);
         if (stale.length === 0) return 0;
-        // Counted down before the write is queued: a write of applies joining it records the count too.
-        const logDelta = Math.max(0, this.logCount - stale.length) - this.logCount;
-        this.logCount += logDelta;
-        const batch: BatchOp[] = stale.map((v) => ({ type: 'del', key: logKey(v) }));
-        batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
-        await this.enqueue(batch, true, [], { logRemoved: stale }).catch((err: unknown) => {
-          this.logCount -= logDelta;
-          throw err;
-        });
+        await this.writeLogChange(
+          stale.map((v) => ({ type: 'del', key: logKey(v) })),
+          { logRemoved: stale },
+        );
         await this.newestFromLog();
         return stale.length;
       } finally {
@@ -856,15 +847,10 @@ export class ReplicaStore {
         for (const e of candidates) if ((this.known.get(e.id) ?? NONE).version > e.version) byVersion.set(e.version, e);
         const superseded = [...byVersion.values()];
         if (superseded.length === 0) return 0;
-        const batch: BatchOp[] = superseded.map((e) => ({ type: 'put', key: logKey(e.version), value: encodeEntry(e) }));
-        // Counted up before the write is queued: a write of applies joining it records the count too.
-        this.logCount += superseded.length;
-        batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
-        const added = superseded.map((e) => e.version);
-        await this.enqueue(batch, true, [], { logAdded: added }).catch((err: unknown) => {
-          this.logCount -= superseded.length;
-          throw err;
-        });
+        await this.writeLogChange(
+          superseded.map((e) => ({ type: 'put', key: logKey(e.version), value: encodeEntry(e) })),
+          { logAdded: superseded.map((e) => e.version) },
+        );
         return superseded.length;
       } finally {
         release();
@@ -872,6 +858,23 @@ export class ReplicaStore {
     });
     this.decideChain = run.catch(() => undefined);
     return run;
+  }
+
+  /**
+   * Queues a synced batch that adds or removes log entries besides applies (`logAdded`,
+   * `logRemoved`): the kept log count moves by their difference before the write is queued (a
+   * write of applies joining it records the count too), and back if the write fails.
+   */
+  private async writeLogChange(batch: BatchOp[], extras: GroupExtras): Promise<void> {
+    const delta = Math.max(0, this.logCount + (extras.logAdded?.length ?? 0) - (extras.logRemoved?.length ?? 0)) - this.logCount;
+    this.logCount += delta;
+    batch.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount) });
+    try {
+      await this.enqueue(batch, true, [], extras);
+    } catch (err) {
+      this.logCount -= delta;
+      throw err;
+    }
   }
 
   /** The newest version again, after log entries were removed: trimming drops the oldest entries only, so it is the newest log key. */
