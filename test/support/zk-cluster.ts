@@ -28,6 +28,28 @@ export async function waitSettled(procs: NodeProcesses, collection: string, ms =
   });
 }
 
+/**
+ * The leaders (shard -> node) once the cluster has settled and every shard is led by its preferred
+ * leader, as every live node sees it: leader balance moves no leader after that (a leader that
+ * is not its shard's preferred one may still hand over, so a settled view alone can go stale).
+ */
+export async function waitLeadersPreferred(procs: NodeProcesses, collection: string, ms = 60_000): Promise<Record<string, string>> {
+  return until(`every shard of ${collection} led by its preferred leader`, ms, async () => {
+    const seen = new Set<string>();
+    let leaders: Record<string, string> | undefined;
+    for (const url of liveUrls(procs)) {
+      const v = await clusterView(url);
+      if (v.nodes.length !== liveUrls(procs).length || !settled(v, collection)) return undefined;
+      const state = (await http<{ shards: Array<{ name: string; preferredLeader?: string }> }>('GET', `${url}/api/collections/${collection}`)).body;
+      const here = Object.fromEntries(Object.entries(v.collections[collection]!.shards).map(([s, x]) => [s, x.leader!]));
+      if (!state.shards.every((s) => s.preferredLeader === here[s.name])) return undefined;
+      seen.add(JSON.stringify(here));
+      leaders = here;
+    }
+    return seen.size === 1 ? leaders : undefined;
+  });
+}
+
 /** For every acked id: present on every replica with the acked version or a newer one. */
 export async function verifyAcked(procs: NodeProcesses, collection: string, acked: Map<string, number>): Promise<string[]> {
   const limit = pLimit(16);
