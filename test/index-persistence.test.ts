@@ -103,11 +103,16 @@ describe('a replica index on disk', () => {
   const tmp = useTempStores('segment');
   const stores = tmp.stores;
 
-  async function openReplica(fingerprint = FINGERPRINT): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
-    const store = await ReplicaStore.open(tmp.dir);
+  /**
+   * Opens the replica in tmp.dir. With `ahead` its segments are read before its store opens, as a
+   * node does (PersistedIndex.readCommitted side by side with ReplicaStore.open).
+   */
+  async function openReplica(fingerprint = FINGERPRINT, ahead = false, dir = tmp.dir): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
+    const committed = ahead ? PersistedIndex.readCommitted({ dir, schema, fingerprint }) : undefined;
+    const store = await ReplicaStore.open(dir);
     stores.push(store);
     const replica = new ShardReplica('c', 'shard1', store, log);
-    const { index, report } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint, store, log });
+    const { index, report } = await PersistedIndex.open({ dir, schema, fingerprint, store, log }, committed);
     replica.index = index;
     return { replica, index, report };
   }
@@ -134,8 +139,11 @@ describe('a replica index on disk', () => {
     return results(fresh);
   }
 
-  it('opens from its segment and replays only the documents changed after it', async () => {
-    let { replica, index, report } = await openReplica();
+  it.each([
+    ['after its store opened', false],
+    ['read while its store opens, as a node does', true],
+  ])('opens from its segment and replays only the documents changed after it (segments %s)', async (_when, ahead) => {
+    let { replica, index, report } = await openReplica(FINGERPRINT, ahead);
     expect(report.method).toBe('rebuilt');
     await replica.apply(Array.from({ length: 300 }, (_, i) => put(i)));
     expect(await index.checkpoint()).toBeGreaterThan(0);
@@ -143,7 +151,7 @@ describe('a replica index on disk', () => {
     const before = results(index.index);
     await crash();
 
-    ({ replica, index, report } = await openReplica());
+    ({ replica, index, report } = await openReplica(FINGERPRINT, ahead));
     expect(report.method).toBe('loaded');
     expect(report.replayed).toBe(5);
     expect(results(index.index)).toEqual(before);
@@ -190,7 +198,8 @@ describe('a replica index on disk', () => {
     await crash();
     await damage(await target());
 
-    ({ replica, index, report } = await openReplica());
+    // Read while the store opens, as a node does.
+    ({ replica, index, report } = await openReplica(FINGERPRINT, true));
     expect(report.method).toBe('rebuilt');
     expect(report.problem).toMatch(problem);
     expect(results(index.index)).toEqual(before);
@@ -199,6 +208,26 @@ describe('a replica index on disk', () => {
     await crash();
     ({ report } = await openReplica());
     expect(report.method).toBe('loaded');
+  });
+
+  it.each([false, true])('does not use a commit newer than its store (store lost writes the segments hold; read ahead: %s)', async (ahead) => {
+    // Replica A's index holds more changes than replica B's store: B's files replaced by A's.
+    const other = join(tmp.dir, 'b');
+    const a = await openReplica(FINGERPRINT, false, join(tmp.dir, 'a'));
+    await a.replica.apply(Array.from({ length: 30 }, (_, i) => put(i)));
+    await a.replica.apply([put(40)]);
+    await a.index.checkpoint();
+    const b = await openReplica(FINGERPRINT, false, other);
+    await b.replica.apply([put(1)]);
+    await b.index.checkpoint();
+    await crash();
+    for (const name of (await readdir(join(tmp.dir, 'a'))).filter(isIndexFile)) await writeFile(join(other, name), await readFile(join(tmp.dir, 'a', name)));
+
+    const { index, report } = await openReplica(FINGERPRINT, ahead, other);
+    expect(report.method).toBe('rebuilt');
+    expect(report.problem).toMatch(/its sequence \d+ is newer than the store's \d+/);
+    expect(index.index.size).toBe(1);
+    expect(index.index.has('d40')).toBe(false);
   });
 
   it('does not load a segment written for another schema', async () => {
@@ -254,6 +283,28 @@ describe('a replica index on disk', () => {
     await replica.apply(Array.from({ length: 10 }, (_, i) => put(i + 10)));
     expect(await index.maybeCheckpoint(Date.now(), { byAge: false })).toBe(true);
     expect(await index.maybeCheckpoint(Date.now() + 120_000)).toBe(false);
+  });
+
+  it("counts a checkpoint's age from its capture, not from when its slow write ended", async () => {
+    const store = await ReplicaStore.open(tmp.dir);
+    stores.push(store);
+    const replica = new ShardReplica('c', 'shard1', store, log);
+    let clock = Date.now();
+    const now = vi.spyOn(Date, 'now').mockImplementation(() => clock);
+    try {
+      // Writing the segment "takes" 6 s (a busy node): the clock moves while the file is written.
+      const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxAgeMs: 5_000 }, onSegmentWritten: () => (clock += 6_000) });
+      replica.index = index;
+      await replica.apply([put(1)]);
+      const captured = clock;
+      expect(await index.checkpoint()).toBeGreaterThan(0);
+      await replica.apply([put(2)]);
+      // 6 s after the capture, 0 s after the write ended: due (the journal to replay grows meanwhile).
+      expect(await index.maybeCheckpoint(captured + 6_000)).toBe(true);
+      expect(await index.maybeCheckpoint(clock + 1_000)).toBe(false);
+    } finally {
+      now.mockRestore();
+    }
   });
 
   it('merges the smallest segments of a full tier, removes their files, and loads the merge after a crash', async () => {

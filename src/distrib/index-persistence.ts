@@ -27,6 +27,7 @@ import {
   writeCommit,
   writeSegment,
   type CollectionSchema,
+  type CommitInfo,
   type MergePolicy,
   type Segment,
   type ShardIndexState,
@@ -57,11 +58,11 @@ export function isIndexFile(name: string): boolean {
 export interface CheckpointPolicy extends MergePolicy {
   /** Changes (applied ops) after which a checkpoint is written at the next check; default 10,000... */
   readonly maxChanges: number;
-  /** ...and any change at all once the last checkpoint is this old; default 1 s. */
+  /** ...and any change at all once the last checkpoint was captured this long ago; default 0.5 s. */
   readonly maxAgeMs: number;
 }
 
-export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 1_000, ...DEFAULT_MERGE_POLICY };
+export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 500, ...DEFAULT_MERGE_POLICY };
 
 /** How the index came back at open. */
 export interface IndexOpenReport {
@@ -107,6 +108,8 @@ export interface CommittedSegments {
 /** What a checkpoint captures at its durable point. */
 interface Captured {
   readonly seq: number;
+  /** When it was captured (Date.now()): a checkpoint's age counts from here, not from when its files were written. */
+  readonly at: number;
   readonly segments: ReadonlyArray<{ readonly segment: Segment; readonly deleted: number; readonly state: ShardIndexState | undefined }>;
 }
 
@@ -135,6 +138,16 @@ export async function loadSegments(
 /** Identifies a collection's schema and analyzer: index files written for another are not used. */
 export function schemaFingerprint(fields: unknown): string {
   return JSON.stringify({ fields: fields ?? null, analyzer: 'standard' });
+}
+
+/** A replica's commit as read from disk before its store is open (PersistedIndex.readCommitted). */
+export interface CommittedIndex {
+  /** The commit and its segments, loaded; absent when there is no usable commit. */
+  readonly loaded?: { readonly info: CommitInfo; readonly segments: Segment[]; readonly bytes: number };
+  /** Why the files on disk cannot be used; absent when there are none (a new replica) or they loaded. */
+  readonly problem?: string;
+  /** When the read began (performance.now()). */
+  readonly startedAt: number;
 }
 
 export class PersistedIndex extends SearchIndexBinding {
@@ -169,32 +182,44 @@ export class PersistedIndex extends SearchIndexBinding {
     this.lastCheckpointAt = now;
   }
 
-  /** Opens the replica's index: its commit's segments plus the changes after it, else a rebuild (then a commit). */
-  static async open(o: PersistedIndexOptions): Promise<{ index: PersistedIndex; report: IndexOpenReport }> {
-    const t0 = performance.now();
-    const ms = (): number => Math.round(performance.now() - t0);
+  /**
+   * Reads the replica's commit and loads its segments: what opening the index needs before the
+   * store, so that it can run while the store opens (LevelDB recovering its log on its own thread).
+   */
+  static async readCommitted(o: Pick<PersistedIndexOptions, 'dir' | 'schema' | 'fingerprint'>): Promise<CommittedIndex> {
+    const startedAt = performance.now();
     const read = await readCommit(join(o.dir, COMMIT_FILE));
-    let problem: string | undefined;
-    if (read.ok) {
-      const { info } = read;
-      if (info.fingerprint !== o.fingerprint) problem = 'it was written for another schema or analyzer';
-      else if (info.seq > o.store.changeSeq) problem = `its sequence ${info.seq} is newer than the store's ${o.store.changeSeq}`;
-      else {
-        const loaded = await loadSegments(o.dir, info.segments, o.schema, o.fingerprint);
-        if (!loaded.ok) problem = loaded.problem;
-        else {
-          const { segments, bytes } = loaded;
-          const p = new PersistedIndex(o, new SegmentedIndex(o.schema, segments), Date.now());
-          for (const s of segments) p.written.add(s);
-          p.nextFile = info.nextFile;
-          await p.removeFilesBut(new Set(info.segments.map((s) => s.name)));
-          const ids = await o.store.changedSince(info.seq);
-          await p.replay(ids);
-          return { index: p, report: { method: 'loaded', replayed: ids.length, segments: segments.length, segmentBytes: bytes, ms: ms() } };
-        }
-      }
-    } else if (!read.missing) problem = read.problem;
-    else if (await exists(join(o.dir, LEGACY_SEGMENT_FILE))) problem = 'it is in the single-file layout of an earlier version';
+    const done = (c: Omit<CommittedIndex, 'startedAt'>): CommittedIndex => ({ ...c, startedAt });
+    if (!read.ok) {
+      if (!read.missing) return done({ problem: read.problem });
+      return done(await exists(join(o.dir, LEGACY_SEGMENT_FILE)) ? { problem: 'it is in the single-file layout of an earlier version' } : {});
+    }
+    const { info } = read;
+    if (info.fingerprint !== o.fingerprint) return done({ problem: 'it was written for another schema or analyzer' });
+    const loaded = await loadSegments(o.dir, info.segments, o.schema, o.fingerprint);
+    return done(loaded.ok ? { loaded: { info, segments: loaded.segments, bytes: loaded.bytes } } : { problem: loaded.problem });
+  }
+
+  /**
+   * Opens the replica's index: its commit's segments plus the changes after it, else a rebuild
+   * (then a commit). `committed` is readCommitted's answer when the caller started it already.
+   */
+  static async open(o: PersistedIndexOptions, committed?: Promise<CommittedIndex>): Promise<{ index: PersistedIndex; report: IndexOpenReport }> {
+    const c = await (committed ?? PersistedIndex.readCommitted(o));
+    // From the start of the segments' load, also when it ran side by side with the store's open.
+    const ms = (): number => Math.round(performance.now() - c.startedAt);
+    let problem = c.problem;
+    if (c.loaded && c.loaded.info.seq > o.store.changeSeq) problem = `its sequence ${c.loaded.info.seq} is newer than the store's ${o.store.changeSeq}`;
+    else if (c.loaded) {
+      const { info, segments, bytes } = c.loaded;
+      const p = new PersistedIndex(o, new SegmentedIndex(o.schema, segments), Date.now());
+      for (const s of segments) p.written.add(s);
+      p.nextFile = info.nextFile;
+      await p.removeFilesBut(new Set(info.segments.map((s) => s.name)));
+      const ids = await o.store.changedSince(info.seq);
+      await p.replay(ids);
+      return { index: p, report: { method: 'loaded', replayed: ids.length, segments: segments.length, segmentBytes: bytes, ms: ms() } };
+    }
     if (problem !== undefined) o.log.warn({ dir: o.dir, problem }, 'the replica index on disk cannot be used; rebuilding it from the stored documents');
     const p = new PersistedIndex(o, new SegmentedIndex(o.schema), Date.now());
     await p.removeFilesBut(new Set(), false);
@@ -308,6 +333,7 @@ export class PersistedIndex extends SearchIndexBinding {
     this.dirty = false;
     return {
       seq,
+      at: Date.now(),
       segments: this.index.segments.map((segment) => ({
         segment,
         // Deletes are only ever added, in order: the first `deleted` of the set are those up to seq.
@@ -318,7 +344,7 @@ export class PersistedIndex extends SearchIndexBinding {
   }
 
   /** Writes what `capture` took: its new segment files, then the commit naming them; with `point`, they are that commit point's. */
-  private async write({ seq, segments }: Captured, t0: number, point?: CommitPoint): Promise<number> {
+  private async write({ seq, at, segments }: Captured, t0: number, point?: CommitPoint): Promise<number> {
     const captureMs = Math.round(performance.now() - t0);
     const named = segments.map(({ segment, deleted }) => ({ name: segment.name, deleted: first(segment.deleted, deleted) }));
     let bytes = 0;
@@ -336,7 +362,9 @@ export class PersistedIndex extends SearchIndexBinding {
       throw err;
     }
     if (point) this.committed = { point, segments: named };
-    this.lastCheckpointAt = Date.now();
+    // A busy node's checkpoint can take most of a second: counted from its capture, the journal a
+    // crash leaves to replay stays near maxAgeMs of changes rather than that plus the write.
+    this.lastCheckpointAt = at;
     await this.removeFilesBut(new Set(named.map((s) => s.name)));
     await this.o.store.dropChangesThrough(seq);
     this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');

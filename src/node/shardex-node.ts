@@ -11,7 +11,7 @@ import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { CopyMessage, CopyShardRequest, ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
-import { PersistedIndex, schemaFingerprint, type CheckpointPolicy, type CommittedSegments } from '../distrib/index-persistence.js';
+import { PersistedIndex, schemaFingerprint, type CheckpointPolicy, type CommittedIndex, type CommittedSegments } from '../distrib/index-persistence.js';
 import { ShardStatsCache } from '../distrib/shard-stats-cache.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
@@ -457,6 +457,9 @@ export class ShardexNode {
     const key = `${collection}/${shard}`;
     const p = (async () => {
       const onStoreWrite = this.o.onStoreWrite;
+      // The index's segments load while LevelDB opens (and recovers its log) on its own thread.
+      const committed = PersistedIndex.readCommitted(this.indexFiles(collection, shard));
+      committed.catch(() => undefined); // awaited by attachReplica; not when the store fails to open
       const store = await ReplicaStore.open(this.replicaDir(collection, shard), {
         durability: durabilityOf(this.coordinator.collection(collection)),
         ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
@@ -468,7 +471,7 @@ export class ShardexNode {
         // A store created after its shard had a leader (a replica added, or one whose data was
         // lost) holds none of the shard's data: it recovers before it may lead.
         if (store.created && this.coordinator.hadLeader(collection, shard)) await store.markIncomplete();
-        return await this.attachReplica(key, collection, shard, store);
+        return await this.attachReplica(key, collection, shard, store, committed);
       } catch (err) {
         // Release LevelDB's lock, or every later attempt to open this replica would fail on it.
         this.replicas.delete(key);
@@ -484,21 +487,27 @@ export class ShardexNode {
     }
   }
 
-  private async attachReplica(key: string, collection: string, shard: string, store: ReplicaStore): Promise<ShardReplica> {
+  /** Where a replica's index files are, and what they must have been written for. */
+  private indexFiles(collection: string, shard: string): { dir: string; schema: CollectionSchema; fingerprint: string } {
+    return { dir: this.replicaDir(collection, shard), schema: this.schemaOf(collection), fingerprint: schemaFingerprint(this.knownCollection(collection).fields) };
+  }
+
+  private async attachReplica(key: string, collection: string, shard: string, store: ReplicaStore, committed: Promise<CommittedIndex>): Promise<ShardReplica> {
     const replica = new ShardReplica(collection, shard, store, this.log);
     replica.onRoleChange = (from) => {
       if (from === 'leader') this.m.leadershipsLost.inc({ replica: key });
     };
     // The index: its segment on disk and the changes journaled after it, or rebuilt from the documents.
-    const { index, report } = await PersistedIndex.open({
-      dir: this.replicaDir(collection, shard),
-      schema: this.schemaOf(collection),
-      fingerprint: schemaFingerprint(this.knownCollection(collection).fields),
-      store,
-      log: this.log.child({ replica: key }),
-      ...(this.o.checkpointPolicy && { policy: this.o.checkpointPolicy }),
-      onSegmentWritten: () => this.m.segmentsWritten.inc({ replica: key }),
-    });
+    const { index, report } = await PersistedIndex.open(
+      {
+        ...this.indexFiles(collection, shard),
+        store,
+        log: this.log.child({ replica: key }),
+        ...(this.o.checkpointPolicy && { policy: this.o.checkpointPolicy }),
+        onSegmentWritten: () => this.m.segmentsWritten.inc({ replica: key }),
+      },
+      committed,
+    );
     this.m.indexOpens.inc({ method: report.method });
     replica.index = index;
     this.replicas.set(key, replica);
