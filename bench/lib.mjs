@@ -58,14 +58,22 @@ export async function startDevCluster({ nodes = 3, shards = 2, replicas = 2, ext
 export const ratio = (a, b) => (b === 0 ? 'n/a' : (a / b).toFixed(2));
 export const fmt = (n) => Math.round(n).toLocaleString('en-US');
 
-/** Bytes of every file under `dir` (recursively), except names `skip` accepts. */
+/**
+ * Bytes of every file under `dir` (recursively), except names `skip` accepts. A live node may
+ * remove a file between the listing and its stat (a merge's sources, a compacted LevelDB table):
+ * such a file counts as gone.
+ */
 export async function dirSize(dir, skip = () => false) {
   let total = 0;
-  for (const e of await readdir(dir, { withFileTypes: true })) {
+  const gone = (err) => {
+    if (err.code === 'ENOENT') return 0;
+    throw err;
+  };
+  for (const e of await readdir(dir, { withFileTypes: true }).catch((err) => (gone(err), []))) {
     if (skip(e.name)) continue;
     const p = join(dir, e.name);
     if (e.isDirectory()) total += await dirSize(p, skip);
-    else if (e.isFile()) total += (await stat(p)).size;
+    else if (e.isFile()) total += await stat(p).then((s) => s.size, gone);
   }
   return total;
 }
