@@ -307,6 +307,30 @@ describe('a replica index on disk', () => {
     }
   });
 
+  it('by default, writes any change once the last checkpoint was captured 0.5 s ago, or after 10,000 changes (README)', async () => {
+    const store = await ReplicaStore.open(tmp.dir);
+    stores.push(store);
+    const replica = new ShardReplica('c', 'shard1', store, log);
+    let clock = Date.now();
+    const now = vi.spyOn(Date, 'now').mockImplementation(() => clock);
+    try {
+      const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log });
+      replica.index = index;
+      await replica.apply([put(1)]);
+      const captured = clock;
+      await index.checkpoint();
+      await replica.apply([put(2)]);
+      expect(await index.maybeCheckpoint(captured + 499)).toBe(false);
+      expect(await index.maybeCheckpoint(captured + 500)).toBe(true);
+      await replica.apply(Array.from({ length: 9_999 }, (_, i) => put(i + 10)));
+      expect(await index.maybeCheckpoint(clock, { byAge: false })).toBe(false);
+      await replica.apply([put(20_000)]);
+      expect(await index.maybeCheckpoint(clock, { byAge: false })).toBe(true);
+    } finally {
+      now.mockRestore();
+    }
+  });
+
   it('merges the smallest segments of a full tier, removes their files, and loads the merge after a crash', async () => {
     const store = await ReplicaStore.open(tmp.dir);
     stores.push(store);
