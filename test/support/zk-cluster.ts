@@ -41,7 +41,7 @@ export async function waitLeadersPreferred(procs: NodeProcesses, collection: str
       const v = await clusterView(url);
       if (v.nodes.length !== liveUrls(procs).length || !settled(v, collection)) return undefined;
       const state = (await http<{ shards: Array<{ name: string; preferredLeader?: string }> }>('GET', `${url}/api/collections/${collection}`)).body;
-      const here = Object.fromEntries(Object.entries(v.collections[collection]!.shards).map(([s, x]) => [s, x.leader!]));
+      const here = Object.fromEntries(Object.entries(v.collections[collection]!.shards).map(([s, x]) => [s, x.leader!]).sort(([a], [b]) => (a < b ? -1 : 1)));
       if (!state.shards.every((s) => s.preferredLeader === here[s.name])) return undefined;
       seen.add(JSON.stringify(here));
       leaders = here;
