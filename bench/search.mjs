@@ -211,6 +211,17 @@ async function shardexSearch(cluster, mix, a) {
 
 // ---- in-process engines ----
 
+/** The mix's query `q` as a ShardIndex search request. */
+function searchRequest(q, trackTotalHits) {
+  return {
+    q: queryText(q),
+    limit: LIMIT,
+    ...(q.category && { filters: [`category:${q.category}`] }),
+    ...(q.sortPrice && { sort: 'price desc' }),
+    ...(trackTotalHits !== undefined && { trackTotalHits }),
+  };
+}
+
 function shardIndexEngine(docs, byId, gc) {
   const schema = parseSchema(FIELDS);
   const before = memoryNow(gc);
@@ -220,13 +231,7 @@ function shardIndexEngine(docs, byId, gc) {
   const rate = docs.length / ((performance.now() - t0) / 1000);
   const bytes = memoryNow(gc) - before;
   const runOne = async (q, trackTotalHits) => {
-    const r = index.search({
-      q: queryText(q),
-      limit: LIMIT,
-      ...(q.category && { filters: [`category:${q.category}`] }),
-      ...(q.sortPrice && { sort: 'price desc' }),
-      ...(trackTotalHits !== undefined && { trackTotalHits }),
-    });
+    const r = index.search(searchRequest(q, trackTotalHits));
     const stored = await index.fetch(r.hits.map((h) => h.id), RETURNED);
     return { total: r.total, stored };
   };
@@ -240,14 +245,12 @@ function shardIndexEngine(docs, byId, gc) {
  * whole are copied into memory outside the heap: the file's bytes, not counted twice). Match
  * counts are checked against the in-memory index's.
  */
-async function persistedEngine(local, mix, gc) {
+async function persistedEngine(local, mix, expected, gc) {
   const dir = await mkdtemp(join(tmpdir(), 'shardex-bench-segment-'));
   try {
     const path = join(dir, 'bench.seg');
     const fileBytes = await writeSegment(path, local.index.exportState(), { seq: 0, fingerprint: 'bench' });
     const schema = parseSchema(FIELDS);
-    const expected = [];
-    for (const q of mix) expected.push((await local.runOne(q)).total);
     local.index = null;
     local.runOne = null;
     gc();
@@ -260,7 +263,7 @@ async function persistedEngine(local, mix, gc) {
     const m1 = process.memoryUsage();
     const index = loaded.index;
     const totals = [];
-    for (const q of mix) totals.push(index.search({ q: queryText(q), limit: LIMIT, ...(q.category && { filters: [`category:${q.category}`] }), ...(q.sortPrice && { sort: 'price desc' }) }).total);
+    for (const q of mix) totals.push(index.search(searchRequest(q)).total);
     const differ = mix.filter((_, i) => totals[i] !== expected[i]).map((q) => q.name);
     if (differ.length > 0) throw new Error(`the loaded segment finds other match counts than the index it was written from: ${differ.join('; ')}`);
     // Searching decodes the terms it reads (kept on the heap): measured after every query ran once.
@@ -498,7 +501,7 @@ export async function run(rest) {
   log(`in-process ShardIndex: the same with trackTotalHits=${LUCENE_DEFAULT_COUNT} ...`);
   const localCounted = await sequentialRun('ShardIndex, trackTotalHits', mix, (q) => local.runOne(q, LUCENE_DEFAULT_COUNT), a);
   log('in-process ShardIndex written as one segment file and loaded as a replica loads it ...');
-  const persisted = await persistedEngine(local, mix, gc);
+  const persisted = await persistedEngine(local, mix, localTotals, gc);
   persisted.index = null;
 
   log('MiniSearch: addAll ...');

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import fc from 'fast-check';
 import { describe, expect, it, vi } from 'vitest';
-import { COMMIT_FILE, isIndexFile, isSegmentFile, loadSegments, PersistedIndex } from '../src/distrib/index-persistence.js';
+import { COMMIT_FILE, isIndexFile, isSegmentFile, loadSegments, PersistedIndex, type PersistedIndexOptions } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { decodeSegment, encodeSegment, parseSchema, SegmentedIndex, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
@@ -285,50 +285,57 @@ describe('a replica index on disk', () => {
     expect(await index.maybeCheckpoint(Date.now() + 120_000)).toBe(false);
   });
 
-  it("counts a checkpoint's age from its capture, not from when its slow write ended", async () => {
-    const store = await ReplicaStore.open(tmp.dir);
-    stores.push(store);
-    const replica = new ShardReplica('c', 'shard1', store, log);
-    let clock = Date.now();
-    const now = vi.spyOn(Date, 'now').mockImplementation(() => clock);
+  /** Runs `body` on a replica whose index reads Date.now() from `clock.now` (the checkpoint policy's ages). */
+  async function onClock(
+    options: (clock: { now: number }) => Pick<PersistedIndexOptions, 'policy' | 'onSegmentWritten'>,
+    body: (clock: { now: number }, replica: ShardReplica, index: PersistedIndex) => Promise<void>,
+  ): Promise<void> {
+    const clock = { now: Date.now() };
+    const spy = vi.spyOn(Date, 'now').mockImplementation(() => clock.now);
     try {
-      // Writing the segment "takes" 6 s (a busy node): the clock moves while the file is written.
-      const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy: { maxAgeMs: 5_000 }, onSegmentWritten: () => (clock += 6_000) });
+      const store = await ReplicaStore.open(tmp.dir);
+      stores.push(store);
+      const replica = new ShardReplica('c', 'shard1', store, log);
+      const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, ...options(clock) });
       replica.index = index;
-      await replica.apply([put(1)]);
-      const captured = clock;
-      expect(await index.checkpoint()).toBeGreaterThan(0);
-      await replica.apply([put(2)]);
-      // 6 s after the capture, 0 s after the write ended: due (the journal to replay grows meanwhile).
-      expect(await index.maybeCheckpoint(captured + 6_000)).toBe(true);
-      expect(await index.maybeCheckpoint(clock + 1_000)).toBe(false);
+      await body(clock, replica, index);
     } finally {
-      now.mockRestore();
+      spy.mockRestore();
     }
+  }
+
+  it("counts a checkpoint's age from its capture, not from when its slow write ended", async () => {
+    // Writing the segment "takes" 6 s (a busy node): the clock moves while the file is written.
+    await onClock(
+      (clock) => ({ policy: { maxAgeMs: 5_000 }, onSegmentWritten: () => (clock.now += 6_000) }),
+      async (clock, replica, index) => {
+        await replica.apply([put(1)]);
+        const captured = clock.now;
+        expect(await index.checkpoint()).toBeGreaterThan(0);
+        await replica.apply([put(2)]);
+        // 6 s after the capture, 0 s after the write ended: due (the journal to replay grows meanwhile).
+        expect(await index.maybeCheckpoint(captured + 6_000)).toBe(true);
+        expect(await index.maybeCheckpoint(clock.now + 1_000)).toBe(false);
+      },
+    );
   });
 
   it('by default, writes any change once the last checkpoint was captured 0.5 s ago, or after 10,000 changes (README)', async () => {
-    const store = await ReplicaStore.open(tmp.dir);
-    stores.push(store);
-    const replica = new ShardReplica('c', 'shard1', store, log);
-    let clock = Date.now();
-    const now = vi.spyOn(Date, 'now').mockImplementation(() => clock);
-    try {
-      const { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log });
-      replica.index = index;
-      await replica.apply([put(1)]);
-      const captured = clock;
-      await index.checkpoint();
-      await replica.apply([put(2)]);
-      expect(await index.maybeCheckpoint(captured + 499)).toBe(false);
-      expect(await index.maybeCheckpoint(captured + 500)).toBe(true);
-      await replica.apply(Array.from({ length: 9_999 }, (_, i) => put(i + 10)));
-      expect(await index.maybeCheckpoint(clock, { byAge: false })).toBe(false);
-      await replica.apply([put(20_000)]);
-      expect(await index.maybeCheckpoint(clock, { byAge: false })).toBe(true);
-    } finally {
-      now.mockRestore();
-    }
+    await onClock(
+      () => ({}),
+      async (clock, replica, index) => {
+        await replica.apply([put(1)]);
+        const captured = clock.now;
+        await index.checkpoint();
+        await replica.apply([put(2)]);
+        expect(await index.maybeCheckpoint(captured + 499)).toBe(false);
+        expect(await index.maybeCheckpoint(captured + 500)).toBe(true);
+        await replica.apply(Array.from({ length: 9_999 }, (_, i) => put(i + 10)));
+        expect(await index.maybeCheckpoint(clock.now, { byAge: false })).toBe(false);
+        await replica.apply([put(20_000)]);
+        expect(await index.maybeCheckpoint(clock.now, { byAge: false })).toBe(true);
+      },
+    );
   });
 
   it('merges the smallest segments of a full tier, removes their files, and loads the merge after a crash', async () => {
