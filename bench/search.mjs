@@ -270,6 +270,7 @@ async function persistedEngine(local, mix, expected, gc) {
     gc();
     gc();
     const m2 = process.memoryUsage();
+    // `index` is returned so that it is alive through the last measurement; the caller drops it.
     return { fileBytes, heapLoaded: m1.heapUsed - m0.heapUsed, heapSearched: m2.heapUsed - m0.heapUsed, external: m2.external - m0.external, index };
   } finally {
     await rm(dir, { recursive: true, force: true });
