@@ -141,14 +141,14 @@ export class QueryExecutor {
         const { docCount, avgdl } = this.fieldStats(f);
         if (c.kind === 'term') {
           const id = f.termId(c.term);
-          if (id < 0 || f.docFreq[id] === 0) continue;
+          if (id < 0 || f.docFreqOf(id) === 0) continue;
           clauses.push({ postings: f.postingsOf(id), length: f.postingsLength[id], bounds: f.blockBoundsOf(id), boost, idf: bm25Idf(docCount, this.docFreq(f, c.term, id)), avgdl, lengths: f.lengths });
           continue;
         }
         // A phrase on a field without positions is left to matches().
         if (!f.withPositions) return null;
         const ids = c.terms.map((t) => f.termId(t));
-        if (ids.some((id) => id < 0 || f.docFreq[id] === 0)) continue;
+        if (ids.some((id) => id < 0 || f.docFreqOf(id) === 0)) continue;
         const terms = ids.map((id) => ({ postings: f.postingsOf(id), length: f.postingsLength[id], positions: f.positionsOf(id), bounds: f.blockBoundsOf(id) }));
         clauses.push({ kind: 'phrase', terms, offsets: Int32Array.from(c.positions), lead: rarest(f, ids), boost, idf: this.phraseIdf(f, c.terms, ids), avgdl, lengths: f.lengths });
       }
@@ -243,7 +243,7 @@ export class QueryExecutor {
 
   private termCursor(f: InvertedField, term: string, boost: number, scoring: boolean): DocCursor {
     const id = f.termId(term);
-    if (id < 0 || f.docFreq[id] === 0) return EMPTY_CURSOR;
+    if (id < 0 || f.docFreqOf(id) === 0) return EMPTY_CURSOR;
     let params = null;
     if (scoring) {
       const { docCount, avgdl } = this.fieldStats(f);
@@ -332,7 +332,7 @@ export class QueryExecutor {
         const fields = this.fieldsOf(c.field);
         for (const f of fields) {
           const id = f === undefined ? -1 : f.termId(c.term);
-          if (f !== undefined && id >= 0 && f.docFreq[id] > 0) lists.push({ p: f.postingsOf(id), len: f.postingsLength[id] });
+          if (f !== undefined && id >= 0 && f.docFreqOf(id) > 0) lists.push({ p: f.postingsOf(id), len: f.postingsLength[id] });
         }
       }
       if (lists.length <= 2) return mergedDocs(lists[0] ?? { p: EMPTY_POSTINGS, len: 0 }, lists[1] ?? { p: EMPTY_POSTINGS, len: 0 }, this.ix.live, mask);
@@ -364,7 +364,7 @@ export class QueryExecutor {
       let n = 0;
       for (const f of this.fieldsOf(c.field)) {
         const id = f === undefined ? -1 : f.termId(c.term);
-        if (id >= 0) n += f!.docFreq[id];
+        if (id >= 0) n += f!.docFreqOf(id);
       }
       return n;
     });
@@ -447,7 +447,7 @@ export class QueryExecutor {
   /** A term's postings streamed into an accumulator (only the documents marked in `only`, when given). */
   private termInto(acc: Accumulator, f: InvertedField, term: string, boost: number, scoring: boolean, mask: Uint32Array | null, only: Uint8Array | null = null): void {
     const id = f.termId(term);
-    if (id < 0 || f.docFreq[id] === 0) return;
+    if (id < 0 || f.docFreqOf(id) === 0) return;
     const p = f.postingsOf(id);
     const len = f.postingsLength[id];
     const live = this.ix.live;
@@ -501,7 +501,7 @@ export class QueryExecutor {
   }
 
   private docFreq(f: InvertedField, term: string, id: number): number {
-    return this.stats?.docFreq(f.key, term) ?? f.docFreq[id];
+    return this.stats?.docFreq(f.key, term) ?? f.docFreqOf(id);
   }
 
   /** Exact phrase: tf is the number of positions where every term sits at its offset. */
@@ -510,7 +510,7 @@ export class QueryExecutor {
     const ids = new Int32Array(m);
     for (let j = 0; j < m; j++) {
       ids[j] = f.termId(terms[j]);
-      if (ids[j] < 0 || f.docFreq[ids[j]] === 0) return NO_MATCHES;
+      if (ids[j] < 0 || f.docFreqOf(ids[j]) === 0) return NO_MATCHES;
     }
     const lead = rarest(f, ids);
     const live = this.ix.live;
@@ -527,7 +527,7 @@ export class QueryExecutor {
     const posAt = new Int32Array(m); // where that posting's positions start
     const posEnd = new Int32Array(m);
     const ptr = new Int32Array(m);
-    const cap = f.docFreq[ids[lead]];
+    const cap = f.docFreqOf(ids[lead]);
     const docs = new Int32Array(cap);
     const freqs = new Int32Array(cap);
     let k = 0;
@@ -679,7 +679,7 @@ function unionOfTermsAndPhrases(q: Query): readonly (TermQuery | PhraseQuery)[] 
 /** The index in `ids` of the term with the fewest documents (the first of equals): a phrase's lead. */
 function rarest(f: InvertedField, ids: ArrayLike<number>): number {
   let lead = 0;
-  for (let j = 1; j < ids.length; j++) if (f.docFreq[ids[j]] < f.docFreq[ids[lead]]) lead = j;
+  for (let j = 1; j < ids.length; j++) if (f.docFreqOf(ids[j]) < f.docFreqOf(ids[lead])) lead = j;
   return lead;
 }
 
@@ -763,7 +763,7 @@ function matchesCursor(m: Matches): DocCursor {
 }
 
 function markPostings(f: InvertedField, id: number, marks: Uint8Array): boolean {
-  if (f.docFreq[id] === 0) return false;
+  if (f.docFreqOf(id) === 0) return false;
   const p = f.postingsOf(id);
   const len = f.postingsLength[id];
   for (let i = 0; i < len; i += 2) marks[p[i]] = 1;

@@ -22,7 +22,13 @@
 //     by endDoc at once, and ShardIndex flushes before anything reads postings;
 //   - a deleted document's postings stay until the term has more dead entries than live ones,
 //     then that term alone is rewritten (amortized O(1) per removed posting); docFreq, docCount and
-//     sumLength count live documents only, always, so statistics are exact at every moment.
+//     sumLength count live documents only, so statistics are exact at every moment;
+//   - a document whose terms are not known (one of a restored segment, whose file keeps no
+//     forward index: which terms each document holds cost a quarter of a segment's bytes) is
+//     removed "late" (removeLateDoc): docCount and sumLength follow at once (from its length),
+//     and each term's docFreq when the term is next read (docFreqOf), by looking the late
+//     documents up in its postings. Lucene instead counts deleted documents in its statistics
+//     until a merge; here they stay exact, as a sharded collection's ranking must.
 
 import type { TokenSink } from './analyzer.js';
 import { unpackPositions, unpackPostings, type FlatPostings, type PackedPostings } from './postings-codec.js';
@@ -58,8 +64,11 @@ export class InvertedField implements TokenSink {
   termCount = 0;
 
   // ---- per term ----
-  docFreq = new Int32Array(16);
+  /** Live documents holding each term, but for late removals not yet settled: read through docFreqOf(). */
+  private docFreq = new Int32Array(16);
   deadCount = new Int32Array(16);
+  /** Documents removed without their terms, and per term how many of them its docFreq counts (see settle()). */
+  private late: LateRemovals | null = null;
   /**
    * Term by id: its postings, read through postingsOf(): for a term in the pools a copy read from
    * them (undefined until read, and again once appended to); else its own array, made on first
@@ -161,6 +170,35 @@ export class InvertedField implements TokenSink {
 
   lengthOf(doc: number): number {
     return doc < this.lengths.length ? this.lengths[doc] : 0;
+  }
+
+  /** Live documents holding term `t` (exact: late removals are settled first). */
+  docFreqOf(t: number): number {
+    const late = this.late;
+    if (late !== null && t < late.seen.length && late.seen[t] < late.count) this.settle(t);
+    return this.docFreq[t];
+  }
+
+  /**
+   * Takes the late removals term `t` has not seen out of its docFreq: each is looked up in its
+   * postings (which still hold them: a term is rewritten only once settled), or, when they
+   * outnumber its postings, each posting among them (sorted once for every term that reads them).
+   */
+  private settle(t: number): void {
+    const late = this.late!;
+    const from = late.seen[t];
+    late.seen[t] = late.count;
+    const p = this.postingsOf(t);
+    const pairs = this.postingsLength[t] >> 1;
+    let found = 0;
+    if (late.count - from <= pairs) {
+      for (let k = from; k < late.count; k++) if (findDoc(p, 2, pairs, late.docs[k]) >= 0) found++;
+    } else {
+      const sorted = sortedLate(late, from);
+      for (let i = 0; i < pairs; i++) if (findDoc(sorted, 1, sorted.length, p[2 * i]) >= 0) found++;
+    }
+    this.docFreq[t] -= found;
+    this.deadCount[t] += found;
   }
 
   // ---- write path ----
@@ -342,6 +380,29 @@ export class InvertedField implements TokenSink {
     // Its own entries must be in the postings so that deadCount counts what they hold; removing
     // an older document leaves the batch pending (pending entries are all of newer documents).
     if (this.nPending > 0 && doc >= this.pendDoc[0]) this.flush();
+    this.removeStats(doc);
+    for (let k = start; k < start + count; k++) {
+      const id = fwd[k];
+      // Rewriting the term drops every dead posting: the late ones must be counted first.
+      this.docFreqOf(id);
+      this.docFreq[id]--;
+      const dead = ++this.deadCount[id];
+      if (dead >= MIN_DEAD_TO_COMPACT && dead > this.docFreq[id]) this.compactTerm(id, live);
+    }
+  }
+
+  /** Undoes a document whose terms are not known (a restored one); `live[doc]` is already 0. Its terms' docFreq follows when each is read. */
+  removeLateDoc(doc: number): void {
+    // A document without tokens in this field has no postings in it.
+    if (this.lengthOf(doc) === 0) return;
+    this.removeStats(doc);
+    const late = (this.late ??= { docs: new Int32Array(64), count: 0, seen: new Int32Array(this.termCount) });
+    if (late.count === late.docs.length) late.docs = grow(late.docs, late.count * 2);
+    late.docs[late.count++] = doc;
+  }
+
+  /** Takes document `doc` out of the field's per-document statistics and sort values. */
+  private removeStats(doc: number): void {
     const len = this.lengthOf(doc);
     if (len > 0) {
       this.docCount--;
@@ -351,12 +412,6 @@ export class InvertedField implements TokenSink {
     if (!this.withPositions && doc < this.minValue.length) {
       this.minValue[doc] = -1;
       this.maxValue[doc] = -1;
-    }
-    for (let k = start; k < start + count; k++) {
-      const id = fwd[k];
-      this.docFreq[id]--;
-      const dead = ++this.deadCount[id];
-      if (dead >= MIN_DEAD_TO_COMPACT && dead > this.docFreq[id]) this.compactTerm(id, live);
     }
   }
 
@@ -409,13 +464,9 @@ export class InvertedField implements TokenSink {
     const termMap = new Int32Array(count).fill(-1);
     let next = 0;
     for (let t = 0; t < count; t++) {
-      if (this.docFreq[t] === 0) continue;
-      const id = next++;
-      termMap[t] = id;
       const p = this.postingsOf(t);
       const len = this.postingsLength[t];
       const pp = this.positionsOf(t);
-      const dead = this.deadCount[t] > 0;
       let w = 0;
       let pr = 0;
       let pw = 0;
@@ -426,16 +477,20 @@ export class InvertedField implements TokenSink {
           p[w] = nd;
           p[w + 1] = tf;
           w += 2;
-          if (this.withPositions && dead && pw !== pr) pp.copyWithin(pw, pr, pr + tf);
+          if (this.withPositions && pw !== pr) pp.copyWithin(pw, pr, pr + tf);
           pw += tf;
         }
         pr += tf;
       }
+      // Kept when a live document holds it; its live postings are its docFreq (late removals included).
+      if (w === 0) continue;
+      const id = next++;
+      termMap[t] = id;
       if (id !== t) {
         this.postings[id] = p;
         this.positions[id] = pp;
-        this.docFreq[id] = this.docFreq[t];
       }
+      this.docFreq[id] = w >> 1;
       this.postingsLength[id] = w;
       this.positionsLength[id] = this.withPositions ? pw : 0;
       this.deadCount[id] = 0;
@@ -444,6 +499,7 @@ export class InvertedField implements TokenSink {
     // Every kept term is in postings/positions now, under its new id: the restored source and the
     // pools (by old id) are stale.
     this.restored = null;
+    this.late = null;
     this.postingLists = new SlicePool();
     this.positionLists = new SlicePool();
     this.termCount = next;
@@ -501,8 +557,8 @@ export class InvertedField implements TokenSink {
 
   // ---- persistence (segment-file.ts) ----
 
-  /** Everything a restore needs, as compact typed arrays (after flush(); postings of deleted documents included). */
-  exportState(maxDoc: number): InvertedState {
+  /** Everything a restore needs, as compact typed arrays (after flush(); postings of deleted documents included); `live` marks the live documents. */
+  exportState(maxDoc: number, live: Uint8Array): InvertedState {
     this.flush();
     const n = this.termCount;
     const postingStarts = new Int32Array(n + 1);
@@ -525,10 +581,21 @@ export class InvertedField implements TokenSink {
       postings.set((this.postings[t] ?? this.restored!.postings(t)).subarray(0, this.postingsLength[t]), postingStarts[t]);
       if (this.withPositions) positions.set((this.positions[t] ?? this.restored!.positions(t)).subarray(0, this.positionsLength[t]), positionStarts[t]);
     }
+    const docFreq = this.docFreq.slice(0, n);
+    const deadCount = this.deadCount.slice(0, n);
+    // Late removals are counted from the copy: one walk, where settling every term would look each one up again.
+    if (this.late !== null) {
+      for (let t = 0; t < n; t++) {
+        let alive = 0;
+        for (let r = postingStarts[t]; r < postingStarts[t + 1]; r += 2) alive += live[postings[r]];
+        docFreq[t] = alive;
+        deadCount[t] = ((postingStarts[t + 1] - postingStarts[t]) >> 1) - alive;
+      }
+    }
     return {
       terms: this.terms.slice(0, n),
-      docFreq: this.docFreq.slice(0, n),
-      deadCount: this.deadCount.slice(0, n),
+      docFreq,
+      deadCount,
       postingStarts,
       postings,
       positionStarts,
@@ -730,4 +797,36 @@ export function grow(a: Int32Array, capacity: number): Int32Array<ArrayBuffer> {
   const b = new Int32Array(Math.max(capacity, a.length));
   b.set(a);
   return b;
+}
+
+/** Documents removed late: the first `count` of `docs`, in order of removal; `seen[t]` of them are out of term t's docFreq. */
+interface LateRemovals {
+  docs: Int32Array;
+  count: number;
+  readonly seen: Int32Array;
+  /** docs[sortedFrom, count) sorted, for the terms that read them all from there. */
+  sorted?: { readonly from: number; readonly count: number; readonly docs: Int32Array };
+}
+
+/** The late removals from `from` on, sorted (kept for the next term that reads the same ones). */
+function sortedLate(late: LateRemovals, from: number): Int32Array {
+  const s = late.sorted;
+  if (s !== undefined && s.from === from && s.count === late.count) return s.docs;
+  const docs = late.docs.slice(from, late.count).sort();
+  late.sorted = { from, count: late.count, docs };
+  return docs;
+}
+
+/** Index of the entry holding `doc` in a[0], a[stride], ... (n entries, increasing), or -1. */
+function findDoc(a: Int32Array, stride: number, n: number, doc: number): number {
+  let lo = 0;
+  let hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const d = a[mid * stride];
+    if (d === doc) return mid;
+    if (d < doc) lo = mid + 1;
+    else hi = mid;
+  }
+  return -1;
 }

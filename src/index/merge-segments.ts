@@ -1,8 +1,8 @@
 // Merging segments as Lucene does: the live documents of several indexes become one index by
 // combining their data, without analysing any document again. Documents are renumbered densely,
 // source after source (so every term's postings stay in document order by concatenation); term
-// dictionaries are united per field; postings, positions, lengths, keyword sort values, numeric
-// columns and the forward index are carried over with the new numbers. Dead documents, their
+// dictionaries are united per field; postings, positions, lengths, keyword sort values and numeric
+// columns are carried over with the new numbers. Dead documents, their
 // postings and terms no live document holds are left behind. Pure: no I/O.
 
 import { ShardIndex, type DynamicPlanState, type ShardIndexOptions, type ShardIndexState, type SlotState } from './shard-index.js';
@@ -59,8 +59,7 @@ export function mergeStates(states: readonly ShardIndexState[]): ShardIndexState
     }
   });
 
-  // ---- each field's data, and per source the old -> new term ids of its inverted fields ----
-  const termMaps: (Int32Array | null)[][] = states.map((st) => st.slots.map(() => null));
+  // ---- each field's data ----
   const merged: SlotState[] = slots.map((first, slot) => {
     const parts: { k: number; state: InvertedState | NumericState }[] = [];
     states.forEach((st, k) => {
@@ -70,46 +69,15 @@ export function mergeStates(states: readonly ShardIndexState[]): ShardIndexState
     });
     if (first.kind === 'number') return { kind: 'number', key: first.key, state: mergeNumeric(parts as { k: number; state: NumericState }[], newDocs, maxDoc) };
     const inverted = parts as { k: number; state: InvertedState }[];
-    const { state, maps } = mergeInverted(inverted, newDocs, maxDoc, first.withPositions);
-    inverted.forEach(({ k }, j) => {
-      const i = slotMaps[k]!.indexOf(slot);
-      termMaps[k]![i] = maps[j]!;
-    });
+    const state = mergeInverted(inverted, newDocs, maxDoc, first.withPositions);
     return { kind: 'inverted', key: first.key, withPositions: first.withPositions, state };
   });
 
-  // ---- the forward index, with new slots and term ids ----
-  const forwardStarts = new Int32Array(maxDoc + 1);
-  states.forEach((st, k) => {
-    const map = newDocs[k]!;
-    for (let d = 0; d < st.maxDoc; d++) if (map[d]! >= 0) forwardStarts[map[d]! + 1] = st.forwardStarts[d + 1]! - st.forwardStarts[d]!;
-  });
-  for (let d = 0; d < maxDoc; d++) forwardStarts[d + 1]! += forwardStarts[d]!;
-  const forward = new Int32Array(forwardStarts[maxDoc]!);
-  states.forEach((st, k) => {
-    const map = newDocs[k]!;
-    const slotMap = slotMaps[k]!;
-    for (let d = 0; d < st.maxDoc; d++) {
-      if (map[d]! < 0) continue;
-      let out = forwardStarts[map[d]!]!;
-      const end = st.forwardStarts[d + 1]!;
-      for (let i = st.forwardStarts[d]!; i < end; ) {
-        const slot = st.forward[i]!;
-        const count = st.forward[i + 1]!;
-        forward[out++] = slotMap[slot]!;
-        forward[out++] = count;
-        const terms = termMaps[k]![slot];
-        for (let j = i + 2; j < i + 2 + count; j++) forward[out++] = terms ? terms[st.forward[j]!]! : st.forward[j]!;
-        i += 2 + count;
-      }
-    }
-  });
-
   const dynamicStates: DynamicPlanState[] = [...dynamic].map(([name, p]) => ({ name, ...p }));
-  return { maxDoc, liveCount: maxDoc, deadDocs: 0, ids, live: new Uint8Array(maxDoc).fill(1), forwardStarts, forward, slots: merged, dynamic: dynamicStates };
+  return { maxDoc, liveCount: maxDoc, deadDocs: 0, ids, live: new Uint8Array(maxDoc).fill(1), slots: merged, dynamic: dynamicStates };
 }
 
-function mergeInverted(parts: readonly { k: number; state: InvertedState }[], newDocs: readonly Int32Array[], maxDoc: number, withPositions: boolean): { state: InvertedState; maps: Int32Array[] } {
+function mergeInverted(parts: readonly { k: number; state: InvertedState }[], newDocs: readonly Int32Array[], maxDoc: number, withPositions: boolean): InvertedState {
   // Pass 1: each source term's live postings and positions; terms only dead documents hold go.
   const termIds = new Map<string, number>();
   const terms: string[] = [];
@@ -218,10 +186,7 @@ function mergeInverted(parts: readonly { k: number; state: InvertedState }[], ne
     docCount += s.docCount;
     sumLength += s.sumLength;
   });
-  return {
-    state: { terms, docFreq, deadCount: new Int32Array(n), postingStarts, postings, positionStarts, positions, lengths, minValue, maxValue, docCount, sumLength },
-    maps,
-  };
+  return { terms, docFreq, deadCount: new Int32Array(n), postingStarts, postings, positionStarts, positions, lengths, minValue, maxValue, docCount, sumLength };
 }
 
 function mergeNumeric(parts: readonly { k: number; state: NumericState }[], newDocs: readonly Int32Array[], maxDoc: number): NumericState {

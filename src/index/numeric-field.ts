@@ -127,8 +127,11 @@ export class NumericField {
   renumber(newDoc: Int32Array, newMaxDoc: number): void {
     this.byValue = null;
     const values = this.values;
-    const limit = Math.min(values.length, newDoc.length);
-    for (let d = 0; d < limit; d++) if (newDoc[d] >= 0) values[newDoc[d]] = values[d];
+    for (let d = 0; d < newDoc.length; d++) {
+      const nd = newDoc[d];
+      // A document past the column has no value; its new number may be inside it.
+      if (nd >= 0 && nd < values.length) values[nd] = d < values.length ? values[d] : NaN;
+    }
     values.fill(NaN, Math.min(newMaxDoc, values.length));
     if (this.multi !== null) {
       const multi = new Map<number, Float64Array>();

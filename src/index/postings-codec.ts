@@ -15,13 +15,6 @@
 // then replace these runs behind the same per-term offsets. Positions are a run of their own so
 // that a term queried without phrases never decodes (nor keeps) its positions.
 //
-// The forward index (which terms each document holds, per field; read to delete a document and
-// to merge or compact a segment) is packed here too, per document: for each field it touched,
-// varint(slot), varint(count), then its count term ids sorted and as gaps (the first from 0).
-// A field's ids are distinct, so sorting loses nothing a reader needs (deleting, merging and
-// compacting treat a document's terms as a set), and the gaps of sorted ids mostly fit one byte
-// where the ids in first-seen order took two. Documents are decoded one at a time, when read.
-//
 // Every value is below 2^32 (documents, tfs and positions are int32 >= 0; docDelta * 2 + 1 < 2^32),
 // so a varint has at most 5 bytes.
 import { ShardexError } from '../errors.js';
@@ -57,18 +50,6 @@ function termBytes(p: PackedPostings, t: number): { bytes: Uint8Array; base: num
   if (p.packed instanceof Uint8Array) return { bytes: p.packed, base: 0 };
   const base = p.packedStarts[2 * t];
   return { bytes: p.packed.read(base, p.packedStarts[2 * t + 2]), base };
-}
-
-/** The forward index as ShardIndex exports it: document d's entries are forward[forwardStarts[d], forwardStarts[d + 1]) as [slot, count, termId x count, ...] per field. */
-export interface FlatForward {
-  readonly forwardStarts: Int32Array<ArrayBuffer>;
-  readonly forward: Int32Array<ArrayBuffer>;
-}
-
-/** The same packed (see the layout above): document d's entries are packedForward[forwardByteStarts[d], forwardByteStarts[d + 1]). */
-export interface PackedForward {
-  readonly forwardByteStarts: Int32Array<ArrayBuffer>;
-  readonly packedForward: Uint8Array<ArrayBuffer>;
 }
 
 const MAX_VARINT = 5;
@@ -112,61 +93,6 @@ export function packPostings(flat: FlatPostings, withPositions: boolean): Packed
   return { postingStarts, positionStarts: withPositions ? positionStarts : new Int32Array(n + 1), packedStarts, packed };
 }
 
-/** `flat` packed, in one pass (the output sized and cut as packPostings does; one scratch for sorting a field's ids, reused). */
-export function packForward(flat: FlatForward): PackedForward {
-  const { forwardStarts, forward } = flat;
-  const n = forwardStarts.length - 1;
-  const out = Buffer.allocUnsafe(MAX_VARINT * forward.length);
-  const byteStarts = new Int32Array(n + 1);
-  let ids = new Int32Array(256);
-  let at = 0;
-  for (let d = 0; d < n; d++) {
-    const end = forwardStarts[d + 1];
-    for (let i = forwardStarts[d]; i < end; ) {
-      const count = forward[i + 1];
-      at = writeVarint(out, at, forward[i]);
-      at = writeVarint(out, at, count);
-      if (count > ids.length) ids = new Int32Array(count * 2);
-      for (let k = 0; k < count; k++) ids[k] = forward[i + 2 + k];
-      const sorted = ids.subarray(0, count).sort();
-      let prev = 0;
-      for (let k = 0; k < count; k++) {
-        at = writeVarint(out, at, sorted[k] - prev);
-        prev = sorted[k];
-      }
-      i += 2 + count;
-    }
-    byteStarts[d + 1] = at;
-  }
-  return { forwardByteStarts: byteStarts, packedForward: new Uint8Array(out.buffer, out.byteOffset, at) };
-}
-
-/** How many entries document `d`'s packed forward entries decode to (every varint ends in the one byte below 0x80 it has). */
-export function forwardLength(p: PackedForward, d: number): number {
-  const bytes = p.packedForward;
-  let n = 0;
-  for (let i = p.forwardByteStarts[d], end = p.forwardByteStarts[d + 1]; i < end; i++) if (bytes[i] < 0x80) n++;
-  return n;
-}
-
-/** Document `d`'s forward entries decoded from `p` into `out` from `at` (forwardLength(p, d) of them). */
-export function unpackForwardInto(p: PackedForward, d: number, out: Int32Array, at: number): void {
-  const bytes = p.packedForward;
-  let i = p.forwardByteStarts[d];
-  const end = p.forwardByteStarts[d + 1];
-  while (i < end) {
-    out[at++] = readVarint(bytes, i);
-    const count = readVarint(bytes, varintEnd);
-    i = varintEnd;
-    out[at++] = count;
-    let id = 0;
-    for (let k = 0; k < count; k++) {
-      id += readVarint(bytes, i);
-      i = varintEnd;
-      out[at++] = id;
-    }
-  }
-}
 
 /** Term `t`'s postings ([doc, tf, ...]) decoded from `p`. */
 export function unpackPostings(p: PackedPostings, t: number): Int32Array {

@@ -11,11 +11,11 @@
 // endian), string lists as UTF-16 text with an Int32 table of starts, each inverted field's terms
 // as its TermTable's arrays (ready for lookups: nothing is indexed or made a string at open), the
 // document ids as an IdTable (their UTF-16 code units, starts, and a hash table), each inverted field's
-// postings and positions packed per term and the forward index packed per document
-// (postings-codec.ts; most of a file's bytes). Loading checks every checksum and uses the file's
-// buffer as the index's arrays (no copy, outside the JS heap); a term's packed postings are
-// decoded when the term is first read, a document's forward entries each time they are read, its
-// id when it is first read (a lookup by id reads the table in place).
+// postings and positions packed per term (postings-codec.ts; most of a file's bytes). There is no
+// forward index (which terms each document holds): a document of a loaded segment is removed late
+// (InvertedField.removeLateDoc). Loading checks every checksum and uses the file's buffer as the
+// index's arrays (no copy, outside the JS heap); a term's packed postings are decoded when the term
+// is first read, a document's id when it is first read (a lookup by id reads the table in place).
 import { closeSync, openSync, readSync } from 'node:fs';
 import { open, rename, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
@@ -24,13 +24,13 @@ import { ShardexError } from '../errors.js';
 import { IdTable, IdTableProblem } from './id-table.js';
 import type { PackedInvertedState } from './inverted-field.js';
 import { TermTable, TermTableProblem, type TermTableArrays } from './term-table.js';
-import { packForward, packPostings, type ByteSource, type PackedForward } from './postings-codec.js';
+import { packPostings, type ByteSource } from './postings-codec.js';
 import { ShardIndex, type ShardIndexOptions, type ShardIndexState, type SlotState } from './shard-index.js';
 import type { CollectionSchema } from './schema.js';
 
 const MAGIC = Buffer.from('SHXSEG01', 'latin1');
 /** Bumped whenever the layout of ShardIndexState changes: older files are rebuilt, not misread. */
-export const SEGMENT_FORMAT = 5;
+export const SEGMENT_FORMAT = 6;
 const PREFIX = MAGIC.length + 8;
 
 type ArrayKind = 'Int32Array' | 'Float64Array' | 'Uint8Array' | 'Uint16Array';
@@ -116,9 +116,9 @@ export function encodeSegment(state: ShardIndexState, info: SegmentInfo): Buffer
     if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, pack(x)]));
     return v;
   };
-  const { forwardStarts, forward, ids, ...rest } = state;
+  const { ids, ...rest } = state;
   const table = IdTable.build(ids);
-  const packed = pack({ ...rest, ...packForward({ forwardStarts, forward }), slots: state.slots.map(packSlot) }) as Record<string, unknown>;
+  const packed = pack({ ...rest, slots: state.slots.map(packSlot) }) as Record<string, unknown>;
   packed.ids = { $t: [add(table.chars), add(table.starts), add(table.slots)] };
   const header: Header = { format: SEGMENT_FORMAT, seq: info.seq, fingerprint: info.fingerprint, state: packed, sections };
   const headerBytes = Buffer.from(JSON.stringify(header), 'utf8');
@@ -166,7 +166,7 @@ function viewOf(header: Header, i: number, raw: Buffer): SectionView {
 }
 
 /** The state and info of a segment file's bytes; throws SegmentProblem when anything does not check. */
-export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInvertedState, PackedForward, IdTable>; info: SegmentInfo } {
+export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInvertedState, IdTable>; info: SegmentInfo } {
   const headerLength = headerLengthOf(file, file.length);
   const header = parseHeader(file, file.subarray(PREFIX, PREFIX + headerLength));
   const base = pad8(PREFIX + headerLength);
@@ -181,7 +181,7 @@ export function decodeSegment(file: Buffer): { state: ShardIndexState<PackedInve
 }
 
 /** The state `header` describes over its sections' `views`. */
-function stateOf(header: Header, views: readonly SectionView[]): { state: ShardIndexState<PackedInvertedState, PackedForward, IdTable>; info: SegmentInfo } {
+function stateOf(header: Header, views: readonly SectionView[]): { state: ShardIndexState<PackedInvertedState, IdTable>; info: SegmentInfo } {
   const unpack = (v: unknown): unknown => {
     if (Array.isArray(v)) return v.map(unpack);
     if (v !== null && typeof v === 'object') {
@@ -223,7 +223,7 @@ function stateOf(header: Header, views: readonly SectionView[]): { state: ShardI
     }
     return v;
   };
-  const state = unpack(header.state) as ShardIndexState<PackedInvertedState, PackedForward, IdTable>;
+  const state = unpack(header.state) as ShardIndexState<PackedInvertedState, IdTable>;
   if (!(state.ids instanceof IdTable)) throw new SegmentProblem('it has no id table');
   return { state, info: { seq: header.seq, fingerprint: header.fingerprint } };
 }
@@ -401,7 +401,7 @@ function lazySections(header: Header): Set<number> {
  * packed postings are checked through a small buffer and left in the file (its terms are read
  * when first decoded, and the whole run when a merge or a compaction reads most of them).
  */
-async function readSegment(path: string, file: FileHandle, size: number): Promise<{ state: ShardIndexState<PackedInvertedState, PackedForward, IdTable>; info: SegmentInfo }> {
+async function readSegment(path: string, file: FileHandle, size: number): Promise<{ state: ShardIndexState<PackedInvertedState, IdTable>; info: SegmentInfo }> {
   const head = await readInto(file, Buffer.alloc(Math.min(PREFIX, size)), 0);
   const headerLength = headerLengthOf(head, size);
   const header = parseHeader(head, await readInto(file, Buffer.allocUnsafe(headerLength), PREFIX));

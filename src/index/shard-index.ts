@@ -18,7 +18,6 @@ import { IdTable } from './id-table.js';
 import { AccumulatorPool, type Matches } from './matches.js';
 import { grow, InvertedField, type ForwardSink, type InvertedState, type PackedInvertedState } from './inverted-field.js';
 import { NumericField, type NumericState } from './numeric-field.js';
-import { forwardLength, unpackForwardInto, type FlatForward, type PackedForward } from './postings-codec.js';
 import { MATCH_ALL, type Query } from './query.js';
 import { parseQuery } from './query-parser.js';
 import { KEYWORD_SUFFIX, RESERVED_DOC_KEYS, type CollectionSchema } from './schema.js';
@@ -111,10 +110,12 @@ export class ShardIndex implements IndexView, ForwardSink {
   /** A restored index's ids and their lookup table, read in place from its segment file until compact() renumbers. */
   private restoredIds: IdTable | null = null;
   live = new Uint8Array(1024);
-  /** Per document: [slot, count, termId x count, ...] of every field it touched; read through forwardOf(). */
+  /**
+   * Per document added here: [slot, count, termId x count, ...] of every field it touched. A
+   * restored document has none (segment files keep no forward index): it is removed late (see
+   * InvertedField.removeLateDoc).
+   */
   private forward: (Int32Array | undefined)[] = [];
-  /** A restored index's forward entries (documents below its maxDoc), read from the state until compact() renumbers. */
-  private restoredForward: RestoredForward | null = null;
   maxDoc = 0;
   private liveCount = 0;
   private deadDocs = 0;
@@ -278,11 +279,13 @@ export class ShardIndex implements IndexView, ForwardSink {
       const nd = newDoc[d];
       if (nd < 0) continue;
       const id = this.idAt(d) as string;
-      const fwd = this.forwardOf(d) as Int32Array;
-      for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
-        const map = termMaps[fwd[i]];
-        if (map === null) continue;
-        for (let k = i + 2; k < i + 2 + fwd[i + 1]; k++) fwd[k] = map[fwd[k]];
+      const fwd = this.forward[d];
+      if (fwd !== undefined) {
+        for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
+          const map = termMaps[fwd[i]];
+          if (map === null) continue;
+          for (let k = i + 2; k < i + 2 + fwd[i + 1]; k++) fwd[k] = map[fwd[k]];
+        }
       }
       this.ids[nd] = id;
       this.forward[nd] = fwd;
@@ -292,10 +295,9 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.chunk = EMPTY_FORWARD;
     this.chunkUsed = 0;
     for (let d = 0; d < n; d++) {
-      const fwd = this.forward[d] as Int32Array;
-      this.forward[d] = this.keepForward(fwd, fwd.length);
+      const fwd = this.forward[d];
+      if (fwd !== undefined) this.forward[d] = this.keepForward(fwd, fwd.length);
     }
-    this.restoredForward = null;
     this.restoredIds = null;
     this.ids.length = n;
     this.forward.length = n;
@@ -319,24 +321,20 @@ export class ShardIndex implements IndexView, ForwardSink {
     if (this.deadDocs >= MIN_DEAD_TO_COMPACT && this.deadDocs > this.liveCount) this.compact();
   }
 
-  /** The restored source document d's entries are read from, or null when they are in `forward` (or it is deleted). */
-  private restoredSourceOf(d: number): RestoredForward | null {
-    const r = this.restoredForward;
-    return r !== null && d < r.maxDoc && this.forward[d] === undefined && this.live[d] === 1 ? r : null;
-  }
-
-  /** Document d's forward entries (undefined for a deleted document); a packed document's are decoded for this call only. */
-  private forwardOf(d: number): Int32Array | undefined {
-    return this.restoredSourceOf(d)?.entries(d) ?? this.forward[d];
-  }
-
   private removeDoc(d: number): void {
-    const fwd = this.forwardOf(d) as Int32Array;
+    const fwd = this.forward[d];
     this.live[d] = 0;
-    for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
-      const f = this.slots[fwd[i]];
-      if (f.kind === 'inverted') f.removeDoc(d, fwd, i + 2, fwd[i + 1], this.live);
-      else f.remove(d);
+    if (fwd === undefined) {
+      for (const f of this.slots) {
+        if (f.kind === 'inverted') f.removeLateDoc(d);
+        else f.remove(d);
+      }
+    } else {
+      for (let i = 0; i < fwd.length; i += 2 + fwd[i + 1]) {
+        const f = this.slots[fwd[i]];
+        if (f.kind === 'inverted') f.removeDoc(d, fwd, i + 2, fwd[i + 1], this.live);
+        else f.remove(d);
+      }
     }
     const id = this.ids[d];
     if (id !== undefined) this.idToDoc.delete(id);
@@ -513,16 +511,6 @@ export class ShardIndex implements IndexView, ForwardSink {
   exportState(): ShardIndexState {
     this.flush();
     const maxDoc = this.maxDoc;
-    // Restored documents are copied straight from their source: a packed one is decoded into the copy, not kept.
-    const forwardStarts = new Int32Array(maxDoc + 1);
-    for (let d = 0; d < maxDoc; d++) forwardStarts[d + 1] = forwardStarts[d] + (this.restoredSourceOf(d)?.length(d) ?? this.forward[d]?.length ?? 0);
-    const forward = new Int32Array(forwardStarts[maxDoc]);
-    for (let d = 0; d < maxDoc; d++) {
-      const r = this.restoredSourceOf(d);
-      const f = this.forward[d];
-      if (r !== null) r.copy(d, forward, forwardStarts[d]);
-      else if (f !== undefined) forward.set(f, forwardStarts[d]);
-    }
     const slotOf = (f: InvertedField | NumericField | null): number => (f === null ? -1 : f.slot);
     const dynamic: DynamicPlanState[] = [];
     for (const plan of this.plans.values()) {
@@ -534,10 +522,8 @@ export class ShardIndex implements IndexView, ForwardSink {
       deadDocs: this.deadDocs,
       ids: Array.from({ length: maxDoc }, (_, d) => this.idAt(d) ?? ''),
       live: this.live.slice(0, maxDoc),
-      forwardStarts,
-      forward,
       slots: this.slots.map((f): SlotState =>
-        f.kind === 'inverted' ? { kind: 'inverted', key: f.key, withPositions: f.withPositions, state: f.exportState(maxDoc) } : { kind: 'number', key: f.key, state: f.exportState(maxDoc) },
+        f.kind === 'inverted' ? { kind: 'inverted', key: f.key, withPositions: f.withPositions, state: f.exportState(maxDoc, this.live) } : { kind: 'number', key: f.key, state: f.exportState(maxDoc) },
       ),
       dynamic,
     };
@@ -594,9 +580,8 @@ export class ShardIndex implements IndexView, ForwardSink {
     this.live = new Uint8Array(Math.max(1024, maxDoc));
     this.live.set(state.live.subarray(0, maxDoc));
     this.ids = new Array<string | undefined>(maxDoc);
-    // Forward entries stay in the state's arrays, read per document when needed (a view per document cost time and garbage at open).
-    this.forward = new Array<Int32Array | undefined>(maxDoc);
-    this.restoredForward = 'packedForward' in state ? packedForwardSource(state, maxDoc) : flatForwardSource(state, maxDoc);
+    // No forward entries (nor room for them): a restored document is removed late.
+    this.forward = [];
     let live = 0;
     if (state.ids instanceof IdTable) {
       // Looked up and decoded in place (see IdTable): nothing per document at open.
@@ -771,7 +756,8 @@ export class ShardIndex implements IndexView, ForwardSink {
         fields.set(f.key, { field: f.key, docCount: f.docCount, sumLength: f.sumLength });
         for (const term of words) {
           const id = f.termId(term);
-          if (id >= 0 && f.docFreq[id] > 0) terms.set(`${f.key}\u0000${term}`, { field: f.key, term, docFreq: f.docFreq[id] });
+          const docFreq = id >= 0 ? f.docFreqOf(id) : 0;
+          if (docFreq > 0) terms.set(`${f.key}\u0000${term}`, { field: f.key, term, docFreq });
         }
       }
     };
@@ -917,17 +903,11 @@ export interface DynamicPlanState {
   readonly number: number;
 }
 
-/** What ShardIndex.exportState() gives and restore() takes: per-document arrays have maxDoc entries; `I` and `F` are flat in memory, packed in a segment file. */
-export type ShardIndexState<
-  I extends InvertedState | PackedInvertedState = InvertedState,
-  F extends FlatForward | PackedForward = FlatForward,
-  Ids extends readonly string[] | IdTable = readonly string[],
-> = ShardIndexFields<I, Ids> & F;
-
 /** What restore() takes: an exported state, or a segment file's. */
-export type RestorableState = ShardIndexState<InvertedState | PackedInvertedState, FlatForward | PackedForward, readonly string[] | IdTable>;
+export type RestorableState = ShardIndexState<InvertedState | PackedInvertedState, readonly string[] | IdTable>;
 
-interface ShardIndexFields<I extends InvertedState | PackedInvertedState, Ids extends readonly string[] | IdTable> {
+/** What ShardIndex.exportState() gives and restore() takes: per-document arrays have maxDoc entries; `I` is flat in memory, packed in a segment file. */
+export interface ShardIndexState<I extends InvertedState | PackedInvertedState = InvertedState, Ids extends readonly string[] | IdTable = readonly string[]> {
   readonly maxDoc: number;
   readonly liveCount: number;
   readonly deadDocs: number;
@@ -936,40 +916,6 @@ interface ShardIndexFields<I extends InvertedState | PackedInvertedState, Ids ex
   readonly live: Uint8Array;
   readonly slots: readonly SlotState<I>[];
   readonly dynamic: readonly DynamicPlanState[];
-}
-
-/** Where a restored index's documents' forward entries come from until compact() renumbers them. */
-interface RestoredForward {
-  /** Documents below it are in the source. */
-  readonly maxDoc: number;
-  length(d: number): number;
-  /** Document d's entries: a view of a flat source, a fresh decode of a packed one. */
-  entries(d: number): Int32Array;
-  copy(d: number, out: Int32Array, at: number): void;
-}
-
-/** One array (a state merged in memory): a document costs a subarray. */
-function flatForwardSource(f: FlatForward, maxDoc: number): RestoredForward {
-  const entries = (d: number): Int32Array => f.forward.subarray(f.forwardStarts[d], f.forwardStarts[d + 1]);
-  return { maxDoc, length: (d) => f.forwardStarts[d + 1] - f.forwardStarts[d], entries, copy: (d, out, at) => out.set(entries(d), at) };
-}
-
-/**
- * Packed bytes (a segment file): a document is decoded each time it is read (a delete, an export
- * to merge), into an array dropped after the call. compact() is the exception: it renumbers every
- * live document's term ids, so it keeps them decoded in chunks, as for documents added since open.
- */
-function packedForwardSource(p: PackedForward, maxDoc: number): RestoredForward {
-  return {
-    maxDoc,
-    length: (d) => forwardLength(p, d),
-    entries: (d) => {
-      const out = new Int32Array(forwardLength(p, d));
-      unpackForwardInto(p, d, out, 0);
-      return out;
-    },
-    copy: (d, out, at) => unpackForwardInto(p, d, out, at),
-  };
 }
 
 function stateMismatch(why: string): ShardexError {

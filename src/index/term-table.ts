@@ -194,7 +194,8 @@ export class TermTable {
     this.terms.push(term);
     this.count++;
     if (id === this.keys.length) {
-      const keys = new Float64Array(id * 2);
+      // A segment file's table of no terms has no keys at all.
+      const keys = new Float64Array(Math.max(16, id * 2));
       keys.set(this.keys);
       this.keys = keys;
     }
