@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { describe, expect, it, vi } from 'vitest';
 import { COMMIT_FILE, isIndexFile, isSegmentFile, loadSegments, PersistedIndex, type PersistedIndexOptions } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
-import { decodeSegment, encodeSegment, parseSchema, SegmentedIndex, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
+import { decodeSegment, encodeSegment, LAZY_SECTION_BYTES, parseSchema, SegmentedIndex, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
 import { useTempStores } from './support/temp-stores.js';
 
@@ -105,14 +105,20 @@ describe('a replica index on disk', () => {
 
   /**
    * Opens the replica in tmp.dir. With `ahead` its segments are read before its store opens, as a
-   * node does (PersistedIndex.readCommitted side by side with ReplicaStore.open).
+   * node does (PersistedIndex.readCommitted side by side with ReplicaStore.open). `more`: a
+   * policy, another logger.
    */
-  async function openReplica(fingerprint = FINGERPRINT, ahead = false, dir = tmp.dir): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
+  async function openReplica(
+    fingerprint = FINGERPRINT,
+    ahead = false,
+    dir = tmp.dir,
+    more: Pick<Partial<PersistedIndexOptions>, 'policy' | 'log'> = {},
+  ): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
     const committed = ahead ? PersistedIndex.readCommitted({ dir, schema, fingerprint }) : undefined;
     const store = await ReplicaStore.open(dir);
     stores.push(store);
-    const replica = new ShardReplica('c', 'shard1', store, log);
-    const { index, report } = await PersistedIndex.open({ dir, schema, fingerprint, store, log }, committed);
+    const replica = new ShardReplica('c', 'shard1', store, more.log ?? log);
+    const { index, report } = await PersistedIndex.open({ dir, schema, fingerprint, store, log, ...more }, committed);
     replica.index = index;
     return { replica, index, report };
   }
@@ -339,12 +345,10 @@ describe('a replica index on disk', () => {
   });
 
   it('merges the smallest segments of a full tier, removes their files, and loads the merge after a crash', async () => {
-    const store = await ReplicaStore.open(tmp.dir);
-    stores.push(store);
-    let replica = new ShardReplica('c', 'shard1', store, log);
     const policy = { maxChanges: 1, segmentsPerTier: 4 };
-    let { index } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store, log, policy });
-    replica.index = index;
+    const opened = await openReplica(FINGERPRINT, false, tmp.dir, { policy });
+    const { replica } = opened;
+    let { index } = opened;
     for (let b = 0; b < 5; b++) {
       await replica.apply(Array.from({ length: 30 }, (_, i) => put(b * 20 + i, b)));
       await index.checkpoint();
@@ -360,14 +364,64 @@ describe('a replica index on disk', () => {
     expect(await segmentFiles()).toEqual(index.index.segments.map((s) => s.name).sort());
     expect(await index.merge()).toBe(false);
     await crash();
-    const again = await ReplicaStore.open(tmp.dir);
-    stores.push(again);
-    replica = new ShardReplica('c', 'shard1', again, log);
     let report;
-    ({ index, report } = await PersistedIndex.open({ dir: tmp.dir, schema, fingerprint: FINGERPRINT, store: again, log, policy }));
-    replica.index = index;
+    ({ index, report } = await openReplica(FINGERPRINT, false, tmp.dir, { policy }));
     expect(report).toMatchObject({ method: 'loaded', segments: 2, replayed: 0 });
     expect(results(index.index)).toEqual(before);
+  });
+
+  /** Flips a byte amid the packed postings of field `key` in the segment file `path`: a section left in the file, read whole only by a merge or a compaction. */
+  async function damagePostings(path: string, key: string): Promise<void> {
+    const b = await readFile(path);
+    const headerLength = b.readUInt32LE(8);
+    const header = JSON.parse(b.subarray(16, 16 + headerLength).toString('utf8')) as {
+      state: { slots: { key: string; state: { packed?: { $a: number } } }[] };
+      sections: { offset: number; bytes: number }[];
+    };
+    const { offset, bytes } = header.sections[header.state.slots.find((x) => x.key === key)!.state.packed!.$a]!;
+    expect(bytes).toBeGreaterThanOrEqual(LAZY_SECTION_BYTES);
+    b[((16 + headerLength + 7) & ~7) + offset + (bytes >> 1)] ^= 0xff;
+    await writeFile(path, b);
+  }
+
+  it.each([
+    ['a merge', async (index: PersistedIndex) => expect(await index.merge()).toBe(false)],
+    ['a compaction (more of its documents deleted than live)', async (_index: PersistedIndex, replica: ShardReplica) => replica.apply(Array.from({ length: 1200 }, (_, i) => del(i)))],
+  ])('finds a segment file damaged after it was loaded when %s reads it whole, rebuilds from the documents while writes go on, and answers as they do', async (_what, readWhole) => {
+    const lines: string[] = [];
+    const logged = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+    const policy = { maxChanges: 1, segmentsPerTier: 2 };
+    const { replica, index } = await openReplica(FINGERPRINT, false, tmp.dir, { policy, log: logged });
+    const store = stores.at(-1)!;
+    // Two segments whose body postings (about 33 bytes a document) stay in their files.
+    for (let b = 0; b < 2; b++) {
+      await replica.apply(Array.from({ length: 2200 }, (_, i) => put(b * 2200 + i)));
+      await index.checkpoint();
+    }
+    const damaged = (await segmentFiles())[0]!;
+    await damagePostings(join(tmp.dir, damaged), 'body');
+
+    await readWhole(index, replica);
+    // Writes go on while the rebuild reads the documents: those it did not read reach the new index too.
+    const rebuilt = (): boolean => lines.some((l) => l.includes('replica index rebuilt from the stored documents'));
+    let k = 0;
+    for (; !rebuilt() && k < 20_000; k++) await replica.apply([k % 3 === 2 ? del(3000 + k) : put(3000 + k, 700)]);
+    expect(rebuilt()).toBe(true);
+    expect(k).toBeGreaterThan(0);
+    expect(lines.find((l) => l.includes('"level":40') && l.includes('is damaged'))).toMatch(/the checksum of section \d+ does not match \(the file changed after it was loaded\)/);
+    expect(results(index.index)).toEqual(await expected());
+    let stored = 0;
+    for await (const e of store.entries()) if (e.doc !== null) stored++;
+    expect(index.index.size).toBe(stored);
+
+    // The next checkpoint writes the new index; the damaged file goes, and a restart loads the new one.
+    await index.checkpoint();
+    expect(await segmentFiles()).not.toContain(damaged);
+    const before = results(index.index);
+    await crash();
+    const reopened = await openReplica(FINGERPRINT, false, tmp.dir, { policy });
+    expect(reopened.report).toMatchObject({ method: 'loaded', replayed: 0 });
+    expect(results(reopened.index.index)).toEqual(before);
   });
 
   it('puts a merge off while the node says so, and starts it at the first check that allows it, with nothing new to write', async () => {

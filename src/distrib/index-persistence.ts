@@ -13,6 +13,9 @@
 // - Merges (pickMerge's policy) run in the background: a few segments are combined into one
 //   (src/index/merge-segments.ts: their postings, no document analysed again), written, swapped
 //   in and committed; files no commit names any more are removed after each commit.
+// - A merge or a compaction reads a segment's postings whole, and checks their checksum then: a
+//   file damaged after it was loaded makes the replica rebuild its index from the stored
+//   documents while it goes on taking writes, and swap the new index in (rebuildDamaged).
 import { open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -23,6 +26,7 @@ import {
   pickMerge,
   readCommit,
   SegmentedIndex,
+  SegmentProblem,
   ShardIndex,
   writeCommit,
   writeSegment,
@@ -33,7 +37,7 @@ import {
   type ShardIndexState,
   type StoredDoc,
 } from '../index/index.js';
-import type { CommitPoint, ReplicaStore, StoredEntry } from '../ulog/index.js';
+import type { CommitPoint, ReplicaStore, StoredEntry, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { SearchIndexBinding } from './replica.js';
 
@@ -172,6 +176,9 @@ export class PersistedIndex extends SearchIndexBinding {
   /** Bumped by clear(): a merge started before it is dropped. */
   private generation = 0;
   private unindexable = 0;
+  /** While the index is rebuilt from the documents (rebuildDamaged): the ids written meanwhile. */
+  private changedDuringRebuild: Set<string> | undefined;
+  private rebuilding: Promise<void> | undefined;
   /** The store's latest commit point and the segments checkpointed at it (what snapshot readers copy). */
   private committed: { readonly point: CommitPoint; readonly segments: readonly CommittedSegment[] } | undefined;
 
@@ -379,12 +386,63 @@ export class PersistedIndex extends SearchIndexBinding {
   merge(): Promise<boolean> {
     this.merging ??= this.runMerge(this.generation)
       .catch((err: Error) => {
+        if (err instanceof SegmentProblem) {
+          void this.rebuildDamaged(err.message);
+          return false;
+        }
         // The segments stay as they were; the next checkpoint's merge check tries again.
         this.o.log.warn({ dir: this.o.dir, err: err.message }, 'could not merge index segments');
         return false;
       })
       .finally(() => (this.merging = undefined));
     return this.merging;
+  }
+
+  override apply(ops: readonly UpdateOp[]): void {
+    if (this.changedDuringRebuild !== undefined) for (const op of ops) this.changedDuringRebuild.add(op.id);
+    try {
+      super.apply(ops);
+    } catch (err) {
+      // A delete made a segment compact, which read a damaged file: the rebuild reads every document again.
+      if (!(err instanceof SegmentProblem)) throw err;
+      void this.rebuildDamaged(err.message);
+    }
+  }
+
+  /**
+   * A segment file turned out damaged after it was loaded: the index is rebuilt from the stored
+   * documents while writes go on into the old one (their ids noted, and read again into the new
+   * one until none is left), then swapped in, and written by the next checkpoint. Until then the
+   * old index serves searches. Resolves once swapped (at once if a rebuild is running).
+   */
+  rebuildDamaged(problem: string): Promise<void> {
+    this.rebuilding ??= this.lock
+      .run(async () => {
+        if (this.closed) return;
+        const t0 = performance.now();
+        this.o.log.warn({ dir: this.o.dir, problem }, 'a segment file of the replica index is damaged; rebuilding the index from the stored documents');
+        // Merges of the damaged segments are dropped.
+        this.generation++;
+        const changed = new Set<string>();
+        this.changedDuringRebuild = changed;
+        try {
+          const fresh = new SegmentedIndex(this.o.schema);
+          const docs = await this.rebuild(fresh);
+          // Checked and swapped in one turn: no write lands between the last read and the swap.
+          for (let ids = [...changed]; ids.length > 0; ids = [...changed]) {
+            changed.clear();
+            await this.replay(ids, fresh);
+          }
+          this.index = fresh;
+          this.dirty = true;
+          this.o.log.info({ dir: this.o.dir, docs, ms: Math.round(performance.now() - t0) }, 'replica index rebuilt from the stored documents');
+        } finally {
+          this.changedDuringRebuild = undefined;
+        }
+      })
+      .catch((err: Error) => this.o.log.error({ dir: this.o.dir, err: err.message }, 'could not rebuild the replica index; it serves from the damaged one until the replica is opened again'))
+      .finally(() => (this.rebuilding = undefined));
+    return this.rebuilding;
   }
 
   override clear(): Promise<void> {
@@ -494,23 +552,23 @@ export class PersistedIndex extends SearchIndexBinding {
     }
   }
 
-  /** Re-reads the current documents of `ids` into the index (a deleted or purged id leaves it). */
-  private async replay(ids: readonly string[]): Promise<void> {
+  /** Re-reads the current documents of `ids` into `index` (a deleted or purged id leaves it). */
+  private async replay(ids: readonly string[], index = this.index): Promise<void> {
     for (let i = 0; i < ids.length; i += PAGE) {
       const page = ids.slice(i, i + PAGE);
       const entries = await this.o.store.getMany(page);
       page.forEach((id, j) => {
         const doc = (entries[j]?.doc ?? null) as StoredDoc | null;
-        if (doc === null) this.index.delete(id);
-        else this.indexInto(this.index, id, doc);
+        if (doc === null) index.delete(id);
+        else this.indexInto(index, id, doc);
       });
     }
   }
 
-  /** Indexes every stored document, in segments of at most maxSegmentDocs; returns how many. */
-  private async rebuild(): Promise<number> {
-    return indexStored(this.o.store.entries(), this.index, (id, err) => this.refused(id, err), (n) => {
-      if (n % this.policy.maxSegmentDocs === 0) this.index.seal(this.newName());
+  /** Indexes every stored document into `index`, in segments of at most maxSegmentDocs; returns how many. */
+  private async rebuild(index = this.index): Promise<number> {
+    return indexStored(this.o.store.entries(), index, (id, err) => this.refused(id, err), (n) => {
+      if (n % this.policy.maxSegmentDocs === 0) index.seal(this.newName());
     });
   }
 

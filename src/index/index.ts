@@ -27,6 +27,7 @@ export {
   loadSegment,
   readCommit,
   SEGMENT_FORMAT,
+  SegmentProblem,
   writeCommit,
   writeSegment,
   type CommitInfo,

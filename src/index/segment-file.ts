@@ -347,7 +347,12 @@ export type SegmentLoad = { readonly ok: true; readonly index: ShardIndex; reado
 /** Packed postings sections at least this large stay in their file: a term's bytes are read when the term is first decoded. */
 export const LAZY_SECTION_BYTES = 64 * 1024;
 
-/** Bytes of a segment file left on disk (read with open, pread, close: no descriptor is held). */
+/**
+ * Bytes of a segment file left on disk (read with open, pread, close: no descriptor is held). A
+ * term's bytes read later are not checked again; the whole section, read before a merge or a
+ * compaction, is (as Lucene checks a segment's integrity before merging it): a file damaged
+ * after it was loaded then throws SegmentProblem rather than merge wrong postings.
+ */
 class FileSection implements ByteSource {
   private bytes: Uint8Array | null = null;
 
@@ -355,6 +360,9 @@ class FileSection implements ByteSource {
     private readonly path: string,
     private readonly offset: number,
     private readonly length: number,
+    /** Its number in the file and its checksum, checked at load. */
+    private readonly section: number,
+    private readonly crc: number,
   ) {}
 
   read(from: number, to: number): Uint8Array {
@@ -363,7 +371,10 @@ class FileSection implements ByteSource {
   }
 
   load(): void {
-    this.bytes ??= readSyncAt(this.path, new Uint8Array(this.length), this.offset);
+    if (this.bytes !== null) return;
+    const bytes = readSyncAt(this.path, new Uint8Array(this.length), this.offset);
+    if (crc32(bytes) !== this.crc) throw new SegmentProblem(`${this.path}: the checksum of section ${this.section} does not match (the file changed after it was loaded)`);
+    this.bytes = bytes;
   }
 }
 
@@ -372,7 +383,7 @@ function readSyncAt(path: string, out: Uint8Array, position: number): Uint8Array
   try {
     for (let at = 0; at < out.length; ) {
       const n = readSync(fd, out, at, out.length - at, position + at);
-      if (n === 0) throw new ShardexError('SHX_INTERNAL', `the segment file ${path} ends before byte ${position + out.length}: it changed after it was loaded`);
+      if (n === 0) throw new SegmentProblem(`${path}: the file ends before byte ${position + out.length} (it changed after it was loaded)`);
       at += n;
     }
   } finally {
@@ -425,7 +436,7 @@ async function readSegment(path: string, file: FileHandle, size: number): Promis
         crc = crc32(await readInto(file, part, start + at), crc);
       }
       if (crc !== s.crc) throw new SegmentProblem(`the checksum of section ${i} does not match`);
-      views[i] = { source: new FileSection(path, start, s.bytes) };
+      views[i] = { source: new FileSection(path, start, s.bytes, i, s.crc) };
       i++;
       continue;
     }
