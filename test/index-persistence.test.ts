@@ -370,7 +370,7 @@ describe('a replica index on disk', () => {
     expect(results(index.index)).toEqual(before);
   });
 
-  /** Flips a byte amid the packed postings of field `key` in the segment file `path`: a section left in the file, read whole only by a merge or a compaction. */
+  /** Flips a byte amid the packed postings of field `key` in the segment file `path`: a section left in the file, read a term at a time by searches and whole by a merge or a compaction. */
   async function damagePostings(path: string, key: string): Promise<void> {
     const b = await readFile(path);
     const headerLength = b.readUInt32LE(8);
@@ -387,7 +387,23 @@ describe('a replica index on disk', () => {
   it.each([
     ['a merge', async (index: PersistedIndex) => expect(await index.merge()).toBe(false)],
     ['a compaction (more of its documents deleted than live)', async (_index: PersistedIndex, replica: ShardReplica) => replica.apply(Array.from({ length: 1200 }, (_, i) => del(i)))],
-  ])('finds a segment file damaged after it was loaded when %s reads it whole, rebuilds from the documents while writes go on, and answers as they do', async (_what, readWhole) => {
+    [
+      "a search (a term's own checksum)",
+      async (index: PersistedIndex) => {
+        const failed = WORDS.flatMap((w) => {
+          try {
+            index.index.search({ q: `body:${w}` });
+            return [];
+          } catch (err) {
+            return [err];
+          }
+        });
+        // The damaged term's search fails as unavailable (retryable), never with a wrong answer.
+        expect(failed.length).toBeGreaterThan(0);
+        for (const err of failed) expect(err).toMatchObject({ code: 'SHX_UNAVAILABLE' });
+      },
+    ],
+  ])('finds a segment file damaged after it was loaded when %s reads it, rebuilds from the documents while writes go on, and answers as they do', async (_what, readWhole) => {
     const lines: string[] = [];
     const logged = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
     const policy = { maxChanges: 1, segmentsPerTier: 2 };
@@ -408,7 +424,7 @@ describe('a replica index on disk', () => {
     for (; !rebuilt() && k < 20_000; k++) await replica.apply([k % 3 === 2 ? del(3000 + k) : put(3000 + k, 700)]);
     expect(rebuilt()).toBe(true);
     expect(k).toBeGreaterThan(0);
-    expect(lines.find((l) => l.includes('"level":40') && l.includes('is damaged'))).toMatch(/the checksum of section \d+ does not match \(the file changed after it was loaded\)/);
+    expect(lines.find((l) => l.includes('"level":40') && l.includes('is damaged'))).toMatch(/the checksum of (a term's postings in )?section \d+ does not match \(the file changed after it was loaded\)/);
     expect(results(index.index)).toEqual(await expected());
     let stored = 0;
     for await (const e of store.entries()) if (e.doc !== null) stored++;

@@ -2,13 +2,14 @@
 // LAZY_SECTION_BYTES) and reads a term's bytes when it first decodes the term: it answers every
 // query, deletes, exports (for a merge) and compacts exactly as the index it was written from and
 // as the same bytes decoded in memory; a damaged byte in a section left on disk is still caught at
-// load, by that section's checksum; a truncated file is refused.
+// load, by that section's checksum, and after load by the checksum of the term read; a truncated
+// file is refused.
 import { mkdtemp, readFile, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateDocs } from '../src/corpus.js';
-import { decodeSegment, LAZY_SECTION_BYTES, loadSegment, mergeIndexes, parseSchema, ShardIndex, writeSegment, type SearchRequest } from '../src/index/index.js';
+import { decodeSegment, LAZY_SECTION_BYTES, loadSegment, mergeIndexes, parseSchema, SegmentProblem, ShardIndex, writeSegment, type SearchRequest } from '../src/index/index.js';
 
 const schema = parseSchema(undefined);
 const QUERIES: SearchRequest[] = [
@@ -90,6 +91,38 @@ describe('a segment loaded from its file', () => {
     const l = await loadSegment(p, schema, 'f');
     expect(l.ok).toBe(false);
     if (!l.ok) expect(l.problem).toMatch(/^the checksum of section \d+ does not match$/);
+  });
+
+  it('never answers from a term whose bytes were damaged in the file after it was loaded: that search fails, the others answer', async () => {
+    const p = join(dir, 'damaged-later');
+    const bytes = await readFile(path);
+    await writeFile(p, bytes);
+    const loaded = await load(p);
+    // Flip a run of bytes amid each section left in the file, as a disk going bad would.
+    const { state } = decodeSegment(bytes);
+    const damaged = Buffer.from(bytes);
+    for (const s of state.slots) {
+      if (s.kind !== 'inverted' || !(s.state.packed instanceof Uint8Array) || s.state.packed.length < LAZY_SECTION_BYTES) continue;
+      const mid = s.state.packed.byteOffset - bytes.byteOffset + (s.state.packed.length >> 1);
+      for (let i = mid; i < mid + 64; i++) damaged[i] ^= 0x5a;
+    }
+    await writeFile(p, damaged);
+    const words = [...new Set([...generateDocs({ count: 200, seed: 5 })].flatMap((d) => d.body.split(' ')))];
+    let failed = 0;
+    for (const w of words) {
+      let got;
+      try {
+        got = loaded.search({ q: `body:${w}`, limit: 1000 });
+      } catch (err) {
+        expect(err).toBeInstanceOf(SegmentProblem);
+        expect((err as Error).message).toMatch(/the checksum of a term's postings in section \d+ does not match \(the file changed after it was loaded\)/);
+        failed++;
+        continue;
+      }
+      expect(got, w).toEqual(original.search({ q: `body:${w}`, limit: 1000 }));
+    }
+    expect(failed).toBeGreaterThan(0);
+    expect(failed).toBeLessThan(words.length);
   });
 
   it('is refused at load when the file was cut short', async () => {

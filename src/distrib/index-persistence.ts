@@ -13,9 +13,10 @@
 // - Merges (pickMerge's policy) run in the background: a few segments are combined into one
 //   (src/index/merge-segments.ts: their postings, no document analysed again), written, swapped
 //   in and committed; files no commit names any more are removed after each commit.
-// - A merge or a compaction reads a segment's postings whole, and checks their checksum then: a
-//   file damaged after it was loaded makes the replica rebuild its index from the stored
-//   documents while it goes on taking writes, and swap the new index in (rebuildDamaged).
+// - A term's postings read from a segment file, and a segment's postings read whole by a merge or
+//   a compaction, are checked against their checksums again: a file damaged after it was loaded
+//   fails the search that read it (never a wrong answer) and makes the replica rebuild its index
+//   from the stored documents while it goes on taking writes, then swap it in (rebuildDamaged).
 import { open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -187,6 +188,13 @@ export class PersistedIndex extends SearchIndexBinding {
     this.o = o;
     this.policy = { ...DEFAULT_CHECKPOINT_POLICY, ...o.policy };
     this.lastCheckpointAt = now;
+    this.index = this.watched(index);
+  }
+
+  /** `index`, telling this replica when a search finds one of its segment files damaged. */
+  private watched(index: SegmentedIndex): SegmentedIndex {
+    index.onDamage = (problem) => void this.rebuildDamaged(problem);
+    return index;
   }
 
   /**
@@ -413,7 +421,8 @@ export class PersistedIndex extends SearchIndexBinding {
    * A segment file turned out damaged after it was loaded: the index is rebuilt from the stored
    * documents while writes go on into the old one (their ids noted, and read again into the new
    * one until none is left), then swapped in, and written by the next checkpoint. Until then the
-   * old index serves searches. Resolves once swapped (at once if a rebuild is running).
+   * old index serves searches (one that reads a damaged term fails as unavailable). Resolves once
+   * swapped, or at once with the running rebuild's promise.
    */
   rebuildDamaged(problem: string): Promise<void> {
     this.rebuilding ??= this.lock
@@ -426,7 +435,7 @@ export class PersistedIndex extends SearchIndexBinding {
         const changed = new Set<string>();
         this.changedDuringRebuild = changed;
         try {
-          const fresh = new SegmentedIndex(this.o.schema);
+          const fresh = this.watched(new SegmentedIndex(this.o.schema));
           const docs = await this.rebuild(fresh);
           // Checked and swapped in one turn: no write lands between the last read and the swap.
           for (let ids = [...changed]; ids.length > 0; ids = [...changed]) {
@@ -449,7 +458,7 @@ export class PersistedIndex extends SearchIndexBinding {
     // At once: a merge running now must not swap or commit anything of the old data.
     this.generation++;
     return this.lock.run(async () => {
-      this.index = new SegmentedIndex(this.o.schema);
+      this.index = this.watched(new SegmentedIndex(this.o.schema));
       this.dirty = false;
       this.committed = undefined;
       await this.removeFilesBut(new Set(), false);

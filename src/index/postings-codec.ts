@@ -15,8 +15,12 @@
 // then replace these runs behind the same per-term offsets. Positions are a run of their own so
 // that a term queried without phrases never decodes (nor keeps) its positions.
 //
+// Each term's bytes (postings and positions) have a CRC-32 of their own (termCrcs): a term read
+// from its file long after the file was loaded and checked whole is checked again on its own.
+//
 // Every value is below 2^32 (documents, tfs and positions are int32 >= 0; docDelta * 2 + 1 < 2^32),
 // so a varint has at most 5 bytes.
+import { crc32 } from 'node:zlib';
 import { ShardexError } from '../errors.js';
 
 /** The postings and positions of an inverted field, one array each, term after term (what a live field exports and a merge makes). */
@@ -30,8 +34,8 @@ export interface FlatPostings {
 
 /** Packed bytes left in their file until read (segment-file.ts): a term's run is read when the term is first decoded. */
 export interface ByteSource {
-  /** Bytes [from, to) of the run. */
-  read(from: number, to: number): Uint8Array;
+  /** Bytes [from, to) of the run; read from the file, they are checked against `crc` (their CRC-32 as an int32). */
+  read(from: number, to: number, crc: number): Uint8Array;
   /** Reads the whole run into memory now and serves every later read from it (before reading most terms: a merge, a compaction). */
   load(): void;
 }
@@ -43,13 +47,15 @@ export interface PackedPostings {
   /** Term t's postings are packed[packedStarts[2t], packedStarts[2t + 1]), its positions up to packedStarts[2t + 2]. */
   readonly packedStarts: Int32Array<ArrayBuffer>;
   readonly packed: Uint8Array<ArrayBuffer> | ByteSource;
+  /** Term t's bytes, [packedStarts[2t], packedStarts[2t + 2]), have the CRC-32 termCrcs[t] (as an int32). */
+  readonly termCrcs: Int32Array<ArrayBuffer>;
 }
 
 /** The bytes holding term t's postings and positions, and the offset in `packed` of their first byte. */
 function termBytes(p: PackedPostings, t: number): { bytes: Uint8Array; base: number } {
   if (p.packed instanceof Uint8Array) return { bytes: p.packed, base: 0 };
   const base = p.packedStarts[2 * t];
-  return { bytes: p.packed.read(base, p.packedStarts[2 * t + 2]), base };
+  return { bytes: p.packed.read(base, p.packedStarts[2 * t + 2], p.termCrcs[t]), base };
 }
 
 const MAX_VARINT = 5;
@@ -63,6 +69,7 @@ export function packPostings(flat: FlatPostings, withPositions: boolean): Packed
   const n = postingStarts.length - 1;
   const out = Buffer.allocUnsafe(MAX_VARINT * (postings.length + (withPositions ? positions.length : 0)));
   const packedStarts = new Int32Array(2 * n + 1);
+  const termCrcs = new Int32Array(n);
   let at = 0;
   for (let t = 0; t < n; t++) {
     const end = postingStarts[t + 1];
@@ -88,9 +95,10 @@ export function packPostings(flat: FlatPostings, withPositions: boolean): Packed
       }
     }
     packedStarts[2 * t + 2] = at;
+    termCrcs[t] = crc32(out.subarray(packedStarts[2 * t], at)) | 0;
   }
   const packed = new Uint8Array(out.buffer, out.byteOffset, at);
-  return { postingStarts, positionStarts: withPositions ? positionStarts : new Int32Array(n + 1), packedStarts, packed };
+  return { postingStarts, positionStarts: withPositions ? positionStarts : new Int32Array(n + 1), packedStarts, packed, termCrcs };
 }
 
 

@@ -11,7 +11,8 @@
 // endian), string lists as UTF-16 text with an Int32 table of starts, each inverted field's terms
 // as its TermTable's arrays (ready for lookups: nothing is indexed or made a string at open), the
 // document ids as an IdTable (their UTF-16 code units, starts, and a hash table), each inverted field's
-// postings and positions packed per term (postings-codec.ts; most of a file's bytes). There is no
+// postings and positions packed per term, with a CRC-32 per term (postings-codec.ts; most of a
+// file's bytes). There is no
 // forward index (which terms each document holds): a document of a loaded segment is removed late
 // (InvertedField.removeLateDoc). Loading checks every checksum and uses the file's buffer as the
 // index's arrays (no copy, outside the JS heap); a term's packed postings are decoded when the term
@@ -25,12 +26,13 @@ import { IdTable, IdTableProblem } from './id-table.js';
 import type { PackedInvertedState } from './inverted-field.js';
 import { TermTable, TermTableProblem, type TermTableArrays } from './term-table.js';
 import { packPostings, type ByteSource } from './postings-codec.js';
+import { SegmentProblem } from './segment-problem.js';
 import { ShardIndex, type ShardIndexOptions, type ShardIndexState, type SlotState } from './shard-index.js';
 import type { CollectionSchema } from './schema.js';
 
 const MAGIC = Buffer.from('SHXSEG01', 'latin1');
 /** Bumped whenever the layout of ShardIndexState changes: older files are rebuilt, not misread. */
-export const SEGMENT_FORMAT = 6;
+export const SEGMENT_FORMAT = 7;
 const PREFIX = MAGIC.length + 8;
 
 type ArrayKind = 'Int32Array' | 'Float64Array' | 'Uint8Array' | 'Uint16Array';
@@ -130,8 +132,7 @@ export function encodeSegment(state: ShardIndexState, info: SegmentInfo): Buffer
   return [prefix, headerBytes, Buffer.alloc(headPadding), ...chunks];
 }
 
-/** Why a segment file cannot be used (it is then rebuilt from the documents). */
-export class SegmentProblem extends Error {}
+export { SegmentProblem };
 
 /** A section as the state gets it: a typed array over bytes in memory, or packed postings left in the file. */
 type SectionView = { readonly array: ArrayBufferView } | { readonly source: ByteSource };
@@ -348,10 +349,11 @@ export type SegmentLoad = { readonly ok: true; readonly index: ShardIndex; reado
 export const LAZY_SECTION_BYTES = 64 * 1024;
 
 /**
- * Bytes of a segment file left on disk (read with open, pread, close: no descriptor is held). A
- * term's bytes read later are not checked again; the whole section, read before a merge or a
- * compaction, is (as Lucene checks a segment's integrity before merging it): a file damaged
- * after it was loaded then throws SegmentProblem rather than merge wrong postings.
+ * Bytes of a segment file left on disk (read with open, pread, close: no descriptor is held).
+ * What is read is checked again: a term's bytes against the term's own checksum, the whole
+ * section (read before a merge or a compaction, as Lucene checks a segment's integrity before
+ * merging it) against the section's. A file damaged after it was loaded then throws
+ * SegmentProblem rather than answer or merge wrong postings.
  */
 class FileSection implements ByteSource {
   private bytes: Uint8Array | null = null;
@@ -365,9 +367,11 @@ class FileSection implements ByteSource {
     private readonly crc: number,
   ) {}
 
-  read(from: number, to: number): Uint8Array {
+  read(from: number, to: number, crc: number): Uint8Array {
     if (this.bytes !== null) return this.bytes.subarray(from, to);
-    return readSyncAt(this.path, new Uint8Array(to - from), this.offset + from);
+    const bytes = readSyncAt(this.path, new Uint8Array(to - from), this.offset + from);
+    if ((crc32(bytes) | 0) !== crc) throw new SegmentProblem(`${this.path}: the checksum of a term's postings in section ${this.section} does not match (the file changed after it was loaded)`);
+    return bytes;
   }
 
   load(): void {

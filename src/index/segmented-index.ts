@@ -13,7 +13,9 @@
 // Pure: no I/O, no timers. Persistence (which segment is in which file, what was deleted from it
 // since) is src/distrib/index-persistence.ts's.
 
+import { ShardexError } from '../errors.js';
 import type { StoredDoc } from './document.js';
+import { SegmentProblem } from './segment-problem.js';
 import { checkPage, ShardIndex, type SearchHit, type SearchRequest, type ShardIndexOptions, type ShardSearchResult } from './shard-index.js';
 import type { CollectionSchema } from './schema.js';
 import { mergeHitLists, parseSort } from './sort.js';
@@ -45,6 +47,8 @@ export class SegmentedIndex implements ReplicaSearcher {
   private buffer: ShardIndex;
   /** Changes (adds and deletes) since the buffer was last sealed. */
   private changes = 0;
+  /** Told when a search finds a segment's file damaged (the search itself fails: see guard()). */
+  onDamage: ((problem: string) => void) | undefined;
 
   constructor(schema: CollectionSchema, segments: readonly Segment[] = [], options: ShardIndexOptions = {}) {
     this.schema = schema;
@@ -152,6 +156,10 @@ export class SegmentedIndex implements ReplicaSearcher {
   // ---- read path ----
 
   search(req: SearchRequest = {}, globalStats?: IndexStats): ShardSearchResult {
+    return this.guard(() => this.searchParts(req, globalStats));
+  }
+
+  private searchParts(req: SearchRequest, globalStats: IndexStats | undefined): ShardSearchResult {
     const parts = this.parts();
     if (parts.length === 1) return parts[0]!.search(req, globalStats);
     // A bad request fails as one index's search would, before any statistics are read.
@@ -174,15 +182,30 @@ export class SegmentedIndex implements ReplicaSearcher {
   }
 
   collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {
-    const parts = this.parts();
-    if (parts.length === 1) return parts[0]!.collectStats(req);
-    return mergeStats(parts.map((p) => p.collectStats(req)));
+    return this.guard(() => {
+      const parts = this.parts();
+      if (parts.length === 1) return parts[0]!.collectStats(req);
+      return mergeStats(parts.map((p) => p.collectStats(req)));
+    });
   }
 
   matcher(req: Pick<SearchRequest, 'q' | 'filters' | 'defaultOperator'> = {}): (id: string) => boolean {
-    const parts = this.parts();
-    const matchers = parts.map((p) => p.matcher(req));
-    return (id) => matchers.some((m) => m(id));
+    const matchers = this.guard(() => this.parts().map((p) => p.matcher(req)));
+    return (id) => this.guard(() => matchers.some((m) => m(id)));
+  }
+
+  /**
+   * Runs a read; a segment file found damaged on the way (a term's bytes whose checksum does not
+   * match) fails it as unavailable, never with wrong answers, and is reported to onDamage.
+   */
+  private guard<T>(read: () => T): T {
+    try {
+      return read();
+    } catch (err) {
+      if (!(err instanceof SegmentProblem)) throw err;
+      this.onDamage?.(err.message);
+      throw new ShardexError('SHX_UNAVAILABLE', "this replica's search index is damaged on disk and is being rebuilt from its documents; retry (another replica may answer)", { cause: err });
+    }
   }
 
   /** The part holding `id`, if any. */
