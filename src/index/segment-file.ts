@@ -12,11 +12,11 @@
 // as its TermTable's arrays (ready for lookups: nothing is indexed or made a string at open), the
 // document ids as an IdTable (their UTF-16 code units, starts, and a hash table), each inverted field's
 // postings and positions packed per term, with a CRC-32 per term (postings-codec.ts; most of a
-// file's bytes). There is no
-// forward index (which terms each document holds): a document of a loaded segment is removed late
-// (InvertedField.removeLateDoc). Loading checks every checksum and uses the file's buffer as the
-// index's arrays (no copy, outside the JS heap); a term's packed postings are decoded when the term
-// is first read, a document's id when it is first read (a lookup by id reads the table in place).
+// file's bytes). There is no forward index (which terms each document holds): a document of a
+// loaded segment is removed late (InvertedField.removeLateDoc). Loading checks every checksum and
+// uses the file's buffer as the index's arrays (no copy, outside the JS heap); a term's packed
+// postings are decoded when the term is first read, a document's id when it is first read (a
+// lookup by id reads the table in place).
 import { closeSync, openSync, readSync } from 'node:fs';
 import { open, rename, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
