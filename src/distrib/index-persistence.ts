@@ -10,9 +10,10 @@
 //   only the documents journaled after the commit. Without a usable commit (none yet, damaged,
 //   truncated, a segment missing or damaged, another schema) it rebuilds from the stored
 //   documents, says why, and writes a fresh commit; it never serves from a bad file.
-// - Merges (pickMerge's policy) run in the background: a few segments are combined into one
-//   (src/index/merge-segments.ts: their postings, no document analysed again), written, swapped
-//   in and committed; files no commit names any more are removed after each commit.
+// - Merges (pickMerge's policy) run in the background, off the event loop (segment-merge.ts): a
+//   few segment files are combined into one (src/index/merge-segments.ts: their postings, no
+//   document analysed again), written, loaded, swapped in and committed; files no commit names
+//   any more are removed after each commit.
 // - A term's postings read from a segment file, and a segment's postings read whole by a merge or
 //   a compaction, are checked against their checksums again: a file damaged after it was loaded
 //   fails the search that read it (never a wrong answer) and makes the replica rebuild its index
@@ -23,7 +24,6 @@ import type { Logger } from 'pino';
 import {
   DEFAULT_MERGE_POLICY,
   loadSegment,
-  mergeStates,
   pickMerge,
   readCommit,
   SegmentedIndex,
@@ -41,6 +41,7 @@ import {
 import type { CommitPoint, ReplicaStore, StoredEntry, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { SearchIndexBinding } from './replica.js';
+import { IN_THREAD, type SegmentMerger } from './segment-merge.js';
 
 /** The commit file's name in the replica's directory (LevelDB ignores files it did not write). */
 export const COMMIT_FILE = 'shardex-index.commit';
@@ -93,6 +94,8 @@ export interface PersistedIndexOptions {
   readonly policy?: Partial<CheckpointPolicy>;
   /** Told of every segment file written (metrics). */
   readonly onSegmentWritten?: (bytes: number) => void;
+  /** Runs the merges (the node's merge thread); default: in the calling thread. */
+  readonly merger?: SegmentMerger;
 }
 
 const PAGE = 1000;
@@ -141,9 +144,6 @@ export async function loadSegments(
 }
 
 /** Identifies a collection's schema and analyzer: index files written for another are not used. */
-export function schemaFingerprint(fields: unknown): string {
-  return JSON.stringify({ fields: fields ?? null, analyzer: 'standard' });
-}
 
 /** A replica's commit as read from disk before its store is open (PersistedIndex.readCommitted). */
 export interface CommittedIndex {
@@ -508,25 +508,31 @@ export class PersistedIndex extends SearchIndexBinding {
     await Promise.resolve();
     const sources = pickMerge(this.index.segments, this.policy);
     if (sources === undefined || this.closed || this.generation !== generation) return false;
+    // Merged from their files: one not written yet is, by the next checkpoint, whose merge check tries again.
+    if (sources.some((s) => !this.written.has(s))) return false;
     const t0 = performance.now();
-    const state = mergeStates(sources.map((s) => s.index.exportState()));
     const name = this.newName();
     const path = join(this.o.dir, name);
     this.inProgress.add(name);
     try {
-      const size = await writeSegment(path, state, { seq: this.o.store.changeSeq, fingerprint: this.o.fingerprint });
-      const index = await this.reload(path, []);
-      if (this.generation !== generation) {
+      const size = await (this.o.merger ?? IN_THREAD).merge({
+        sources: sources.map((s) => ({ path: join(this.o.dir, s.name), deleted: [...s.deleted] })),
+        out: path,
+        seq: this.o.store.changeSeq,
+        fingerprint: this.o.fingerprint,
+      }, this.o.schema);
+      const index = this.generation === generation ? await this.reload(path, []) : undefined;
+      if (index === undefined || this.generation !== generation) {
         await rm(path, { force: true });
         return false;
       }
-      // Documents deleted or replaced while the merge was written are dropped from it by replace().
+      // Documents deleted or replaced while the merge ran are dropped from it by replace().
       const merged: Segment = { name, index, deleted: new Set() };
       this.index.replace(sources, merged);
       this.written.add(merged);
       this.dirty = true;
       this.o.onSegmentWritten?.(size);
-      this.o.log.info({ dir: this.o.dir, merged: sources.map((s) => s.name), into: name, docs: index.size, bytes: size, ms: Math.round(performance.now() - t0) }, 'replica index segments merged');
+      this.o.log.info({ dir: this.o.dir, merged: sources.length, into: name, docs: index.size, bytes: size, ms: Math.round(performance.now() - t0) }, 'replica index segments merged');
       // Kept as in progress until a commit names it.
       await this.checkpoint();
       return true;

@@ -229,10 +229,8 @@ function stateOf(header: Header, views: readonly SectionView[]): { state: ShardI
   return { state, info: { seq: header.seq, fingerprint: header.fingerprint } };
 }
 
-/** Writes `chunks` as the file `path`: a temporary file, synced, renamed over it, the directory synced. Returns the bytes written. */
-async function writeDurably(path: string, chunks: readonly Buffer[]): Promise<number> {
-  const tmp = `${path}.tmp`;
-  const fh = await open(tmp, 'w');
+/** Writes `chunks` to the open file `fh` and syncs it; returns the bytes written. */
+async function writeSynced(fh: FileHandle, chunks: readonly Buffer[]): Promise<number> {
   let size = 0;
   try {
     for (const c of chunks) size += c.length;
@@ -241,6 +239,13 @@ async function writeDurably(path: string, chunks: readonly Buffer[]): Promise<nu
   } finally {
     await fh.close();
   }
+  return size;
+}
+
+/** Writes `chunks` as the file `path`: a temporary file, synced, renamed over it, the directory synced. Returns the bytes written. */
+async function writeDurably(path: string, chunks: readonly Buffer[]): Promise<number> {
+  const tmp = `${path}.tmp`;
+  const size = await writeSynced(await open(tmp, 'w'), chunks);
   await rename(tmp, path);
   const dir = await open(dirname(path), 'r');
   try {
@@ -251,9 +256,14 @@ async function writeDurably(path: string, chunks: readonly Buffer[]): Promise<nu
   return size;
 }
 
-/** Writes the index's state as the segment file `path` (durably: see writeDurably). */
-export function writeSegment(path: string, state: ShardIndexState, info: SegmentInfo): Promise<number> {
-  return writeDurably(path, encodeSegment(state, info));
+/**
+ * Writes the index's state as the segment file `path`, synced. As Lucene does, the file is
+ * written under its own name, a new one: only a commit names it (writeCommit, which syncs the
+ * directory after its rename, so the segment's name is durable before any commit names it), and
+ * a file that no commit names, whole or not, is removed when the index opens.
+ */
+export async function writeSegment(path: string, state: ShardIndexState, info: SegmentInfo): Promise<number> {
+  return writeSynced(await open(path, 'w'), encodeSegment(state, info));
 }
 
 // ---- the commit file: which segments make the index, and what was deleted from each ----

@@ -11,8 +11,9 @@ import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { CopyMessage, CopyShardRequest, ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
-import { PersistedIndex, schemaFingerprint, type CheckpointPolicy, type CommittedIndex, type CommittedSegments } from '../distrib/index-persistence.js';
+import { PersistedIndex, type CheckpointPolicy, type CommittedIndex, type CommittedSegments } from '../distrib/index-persistence.js';
 import { ShardStatsCache } from '../distrib/shard-stats-cache.js';
+import { MergeThread, schemaFingerprint } from '../distrib/segment-merge.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseFieldList, parseSchema, projectFields, type CollectionSchema, type ReplicaSearcher, type StoredDoc } from '../index/index.js';
 import { canPeerSync, holdsSameLog, peerSync, syncFrom, syncStartOf, type PeerLogInfo, type RecoveryProgress, type SyncSource } from '../distrib/recovery.js';
@@ -218,6 +219,8 @@ export class ShardexNode {
   private readonly commitTimers = new Map<string, NodeJS.Timeout>();
   private checkpointTimer: NodeJS.Timeout | undefined;
   private readonly mergeGate = new MergeGate(MERGE_HOLD_MAX_MS);
+  /** The replicas' segment merges run here, off the event loop. */
+  private readonly mergeThread: MergeThread;
   /** Replicas whose checkpoint check is running. */
   private readonly checkpointing = new Set<ShardReplica>();
   /** Each shard's term statistics by query, as this node last saw them coordinating a search. */
@@ -232,6 +235,7 @@ export class ShardexNode {
     this.o = opts;
     this.name = opts.name;
     this.log = opts.logger.child({ node: opts.name });
+    this.mergeThread = new MergeThread({ log: this.log });
     this.coordinator = opts.coordinator;
     collectDefaultMetrics({ register: this.metrics, prefix: 'shardex_' });
     const node = this;
@@ -505,6 +509,7 @@ export class ShardexNode {
         log: this.log.child({ replica: key }),
         ...(this.o.checkpointPolicy && { policy: this.o.checkpointPolicy }),
         onSegmentWritten: () => this.m.segmentsWritten.inc({ replica: key }),
+        merger: this.mergeThread,
       },
       committed,
     );
@@ -1271,6 +1276,7 @@ export class ShardexNode {
       await r.store.close().catch(() => undefined);
     }
     this.replicas.clear();
+    await this.mergeThread.close();
     this.log.info('node stopped');
   }
 }

@@ -24,7 +24,7 @@ import { Counter, Gauge, Registry } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
 import type { Coordinator, NodeInfo } from '../coordination/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
-import { schemaFingerprint } from '../distrib/index-persistence.js';
+import { schemaFingerprint } from '../distrib/segment-merge.js';
 import { servePhase, type ShardPhaseRequest } from '../distrib/search.js';
 import { parseSchema } from '../index/index.js';
 import { ShardexError } from '../errors.js';
