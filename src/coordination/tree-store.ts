@@ -8,8 +8,9 @@
 // Formats: tree-format.ts. Only persistent znodes are kept: after a restart, as after a ZooKeeper
 // restart, the old sessions are dead and their ephemerals gone; versions and sequence counters
 // are exactly as they were (a leader epoch is a znode version, and must never go back).
-import { mkdir, open, readFile, rename, rm, writeFile, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readFile, rm, writeFile, type FileHandle } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { replaceDurably, writeAll } from '../durable-file.js';
 import { ShardexError } from '../errors.js';
 import { MemoryZNodeServer, type MemoryZNodeServerOptions, type PersistedZNode, type ZNodeChange, type ZNodeJournal } from './memory-store.js';
 import type { StoreLogger } from './store.js';
@@ -74,7 +75,7 @@ export async function openTreeStore(options: TreeStoreOptions): Promise<MemoryZN
     const snapshot: DecodedSnapshot | undefined = snapshotBytes && decode(snapshotPath, () => decodeSnapshot(snapshotBytes));
     const logBytes = await read(logPath);
     let changes: LoggedChange[] = [];
-    if (logBytes === undefined) await writeDurably(logPath, encodeHeader(LOG_MAGIC));
+    if (logBytes === undefined) await replaceDurably(logPath, [encodeHeader(LOG_MAGIC)]);
     else {
       const log = decode(logPath, () => decodeLog(logBytes));
       changes = log.changes;
@@ -183,32 +184,14 @@ class FileJournal implements ZNodeJournal {
     const z = this.recorded;
     const bytes = encodeSnapshot(z, this.snapshot());
     this.pending = [];
-    await writeDurably(join(this.dir, SNAPSHOT_FILE), bytes);
+    await replaceDurably(join(this.dir, SNAPSHOT_FILE), [bytes]);
     await this.log.close();
     const logPath = join(this.dir, LOG_FILE);
-    await writeDurably(logPath, encodeHeader(LOG_MAGIC));
+    await replaceDurably(logPath, [encodeHeader(LOG_MAGIC)]);
     this.log = await open(logPath, 'a');
     this.logged = 0;
     this.logger?.info({ dir: this.dir, z, snapshotBytes: bytes.length }, 'coordinator tree compacted into a new snapshot');
   }
-}
-
-/** Replaces `path` with `bytes` atomically: a temporary file, synced, renamed over it, the directory synced. */
-async function writeDurably(path: string, bytes: Buffer): Promise<void> {
-  const tmp = `${path}.tmp`;
-  const fh = await open(tmp, 'w');
-  try {
-    await writeAll(fh, bytes);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, path);
-  await syncDir(join(path, '..'));
-}
-
-async function writeAll(fh: FileHandle, bytes: Buffer): Promise<void> {
-  for (let at = 0; at < bytes.length; ) at += (await fh.write(bytes, at, bytes.length - at)).bytesWritten;
 }
 
 async function truncateDurably(path: string, length: number): Promise<void> {
@@ -218,19 +201,6 @@ async function truncateDurably(path: string, length: number): Promise<void> {
     await fh.sync();
   } finally {
     await fh.close();
-  }
-}
-
-async function syncDir(dir: string): Promise<void> {
-  let fh: FileHandle | undefined;
-  try {
-    fh = await open(dir, 'r');
-    await fh.sync();
-  } catch (err) {
-    // Some platforms (Windows) cannot open or sync a directory; the rename is all they offer.
-    if (!['EISDIR', 'EPERM', 'EINVAL', 'EBADF'].includes((err as NodeJS.ErrnoException).code ?? '')) throw err;
-  } finally {
-    await fh?.close();
   }
 }
 

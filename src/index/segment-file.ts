@@ -1,7 +1,9 @@
 // A replica's search index on disk: immutable segment files, each holding one ShardIndex (a
 // segment of the replica's SegmentedIndex), and a commit file naming the segments that make the
 // index at one point of the replica's change journal (`seq`) with the ids deleted from each since
-// it was written. Every file is written beside a temporary name, synced, then renamed into place.
+// it was written. A segment file is written under its own new name and synced; the commit is
+// written beside a temporary name, synced, renamed into place and its directory synced, so that a
+// commit names only files that are whole on disk (src/durable-file.ts).
 // At open the replica loads the commit's segments and replays only the changes journaled after
 // `seq` (src/distrib/index-persistence.ts).
 //
@@ -18,9 +20,9 @@
 // postings are decoded when the term is first read, a document's id when it is first read (a
 // lookup by id reads the table in place).
 import { closeSync, openSync, readSync } from 'node:fs';
-import { open, rename, type FileHandle } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { open, type FileHandle } from 'node:fs/promises';
 import { crc32 } from 'node:zlib';
+import { replaceDurably, writeSynced } from '../durable-file.js';
 import { ShardexError } from '../errors.js';
 import { IdTable, IdTableProblem } from './id-table.js';
 import type { PackedInvertedState } from './inverted-field.js';
@@ -229,41 +231,14 @@ function stateOf(header: Header, views: readonly SectionView[]): { state: ShardI
   return { state, info: { seq: header.seq, fingerprint: header.fingerprint } };
 }
 
-/** Writes `chunks` to the open file `fh` and syncs it; returns the bytes written. */
-async function writeSynced(fh: FileHandle, chunks: readonly Buffer[]): Promise<number> {
-  let size = 0;
-  try {
-    for (const c of chunks) size += c.length;
-    await fh.writev(chunks as Buffer[]);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  return size;
-}
-
-/** Writes `chunks` as the file `path`: a temporary file, synced, renamed over it, the directory synced. Returns the bytes written. */
-async function writeDurably(path: string, chunks: readonly Buffer[]): Promise<number> {
-  const tmp = `${path}.tmp`;
-  const size = await writeSynced(await open(tmp, 'w'), chunks);
-  await rename(tmp, path);
-  const dir = await open(dirname(path), 'r');
-  try {
-    await dir.sync();
-  } finally {
-    await dir.close();
-  }
-  return size;
-}
-
 /**
  * Writes the index's state as the segment file `path`, synced. As Lucene does, the file is
  * written under its own name, a new one: only a commit names it (writeCommit, which syncs the
  * directory after its rename, so the segment's name is durable before any commit names it), and
  * a file that no commit names, whole or not, is removed when the index opens.
  */
-export async function writeSegment(path: string, state: ShardIndexState, info: SegmentInfo): Promise<number> {
-  return writeSynced(await open(path, 'w'), encodeSegment(state, info));
+export function writeSegment(path: string, state: ShardIndexState, info: SegmentInfo): Promise<number> {
+  return writeSynced(path, encodeSegment(state, info));
 }
 
 // ---- the commit file: which segments make the index, and what was deleted from each ----
@@ -303,7 +278,7 @@ export function decodeCommit(file: Buffer): CommitInfo {
 }
 
 export function writeCommit(path: string, info: CommitInfo): Promise<number> {
-  return writeDurably(path, [encodeCommit(info)]);
+  return replaceDurably(path, [encodeCommit(info)]);
 }
 
 /** Why a file could not be used, or that there is none. */
