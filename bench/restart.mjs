@@ -68,7 +68,7 @@ async function restartAll(cluster, expected, timeline = false) {
         }
         const at = e.time - (Date.now() - (performance.now() - t0));
         if (e.msg === undefined || at < -5000) continue;
-        const { level, time, pid, hostname, msg, node, ...rest } = e;
+        const { level, time, pid, hostname, msg, node, dir, ...rest } = e;
         rows.push([at, `    ${(at / 1000).toFixed(2).padStart(6)} s ${name} ${msg} ${JSON.stringify(rest).slice(0, 160)}`]);
       }
     }

@@ -362,11 +362,14 @@ export class PersistedIndex extends SearchIndexBinding {
   private async write({ seq, at, segments }: Captured, t0: number, point?: CommitPoint): Promise<number> {
     const captureMs = Math.round(performance.now() - t0);
     const named = segments.map(({ segment, deleted }) => ({ name: segment.name, deleted: first(segment.deleted, deleted) }));
+    const fresh: Segment[] = [];
     let bytes = 0;
     try {
       for (const { segment, state } of segments) {
         if (state === undefined) continue;
-        const size = await this.writeAndReload(segment, state, seq);
+        const size = await writeSegment(join(this.o.dir, segment.name), state, { seq, fingerprint: this.o.fingerprint });
+        this.written.add(segment);
+        fresh.push(segment);
         this.o.onSegmentWritten?.(size);
         bytes += size;
       }
@@ -376,13 +379,17 @@ export class PersistedIndex extends SearchIndexBinding {
       this.dirty = true;
       throw err;
     }
+    // From here a crash replays only what was journaled after `seq`: on a busy node what follows
+    // waits for its turns of the event loop, so it comes after the commit, not before.
+    const committedMs = Math.round(performance.now() - t0);
     if (point) this.committed = { point, segments: named };
     // A busy node's checkpoint can take most of a second: counted from its capture, the journal a
     // crash leaves to replay stays near maxAgeMs of changes rather than that plus the write.
     this.lastCheckpointAt = at;
+    for (const segment of fresh) await this.serveFromFile(segment);
     await this.removeFilesBut(new Set(named.map((s) => s.name)));
     await this.o.store.dropChangesThrough(seq);
-    this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');
+    this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, committedMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');
     return bytes;
   }
 
@@ -482,13 +489,18 @@ export class PersistedIndex extends SearchIndexBinding {
     return this.index.unsealedChanges > 0 || this.dirty || this.hasUnwritten();
   }
 
-  /** Writes `segment`'s exported state as its file, then serves it from the file (deletes made meanwhile apply again). */
-  private async writeAndReload(segment: Segment, state: ShardIndexState, seq: number): Promise<number> {
-    const path = join(this.o.dir, segment.name);
-    const size = await writeSegment(path, state, { seq, fingerprint: this.o.fingerprint });
-    segment.index = await this.reload(path, segment.deleted);
-    this.written.add(segment);
-    return size;
+  /**
+   * Serves the segment just written from its file, in place of the growable arrays it was built in
+   * (deletes made meanwhile apply again). A file that cannot be read back leaves the segment in
+   * memory, where it still answers right; a commit names the file, so the next open rebuilds the
+   * index if the file is damaged.
+   */
+  private async serveFromFile(segment: Segment): Promise<void> {
+    try {
+      segment.index = await this.reload(join(this.o.dir, segment.name), segment.deleted);
+    } catch (err) {
+      this.o.log.warn({ dir: this.o.dir, segment: segment.name, err: (err as Error).message }, 'a segment file just written cannot be read back; the segment stays in memory');
+    }
   }
 
   /**
