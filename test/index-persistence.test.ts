@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import { describe, expect, it, vi } from 'vitest';
 import { COMMIT_FILE, isIndexFile, isSegmentFile, loadSegments, PersistedIndex, type PersistedIndexOptions } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
+import { IN_THREAD, type MergeJob } from '../src/distrib/segment-merge.js';
 import { decodeSegment, encodeSegment, LAZY_SECTION_BYTES, parseSchema, SegmentedIndex, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
 import { useTempStores } from './support/temp-stores.js';
@@ -112,7 +113,7 @@ describe('a replica index on disk', () => {
     fingerprint = FINGERPRINT,
     ahead = false,
     dir = tmp.dir,
-    more: Pick<Partial<PersistedIndexOptions>, 'policy' | 'log'> = {},
+    more: Pick<Partial<PersistedIndexOptions>, 'policy' | 'log' | 'segmentWork'> = {},
   ): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
     const committed = ahead ? PersistedIndex.readCommitted({ dir, schema, fingerprint }) : undefined;
     const store = await ReplicaStore.open(dir);
@@ -579,6 +580,28 @@ describe('a replica index on disk', () => {
     const merging = index.merge();
     await replica.reset();
     expect(await merging).toBe(false);
+    expect(index.index.size).toBe(0);
+    expect((await readdir(tmp.dir)).filter(isIndexFile)).toEqual([]);
+  });
+
+  it('drops a merge whose source files a reset removed while it read them, finding no damage in that', async () => {
+    const lines: string[] = [];
+    const logged = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+    let resetDone!: () => void;
+    const reset = new Promise<void>((resolve) => (resetDone = resolve));
+    // The merge reads its sources only once the reset removed them.
+    const segmentWork = { merge: async (job: MergeJob, s: typeof schema) => (await reset, IN_THREAD.merge(job, s)) };
+    const { replica, index } = await openReplica(FINGERPRINT, false, tmp.dir, { log: logged, segmentWork });
+    for (let b = 0; b < 12; b++) {
+      await replica.apply([put(b)]);
+      await index.checkpoint();
+    }
+    const merging = index.merge();
+    await replica.reset();
+    resetDone();
+    expect(await merging).toBe(false);
+    await index.checkpoint();
+    expect(lines.filter((l) => l.includes('damaged'))).toEqual([]);
     expect(index.index.size).toBe(0);
     expect((await readdir(tmp.dir)).filter(isIndexFile)).toEqual([]);
   });

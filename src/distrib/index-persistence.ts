@@ -399,8 +399,11 @@ export class PersistedIndex extends SearchIndexBinding {
    * in, and committed. Resolves whether it merged.
    */
   merge(): Promise<boolean> {
-    this.merging ??= this.runMerge(this.generation)
+    const generation = this.generation;
+    this.merging ??= this.runMerge(generation)
       .catch((err: Error) => {
+        // A reset or a rebuild since removes the sources' files: a merge that then cannot read them found no damage.
+        if (this.generation !== generation) return false;
         if (err instanceof SegmentProblem) {
           void this.rebuildDamaged(err.message);
           return false;
