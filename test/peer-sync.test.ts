@@ -191,6 +191,46 @@ describe('peer sync', () => {
     expect(await contents(third)).toEqual(await contents(leader));
   });
 
+  // The source of a catch-up can be a deposed leader that has just applied a write its replicas
+  // refuse: the replica syncing from it has heard of the newer leadership meanwhile.
+  it('stores nothing more from a source once the replica has seen a newer leadership than the one it syncs from', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    await leader.apply([op('a', 1), op('stray', 2)]);
+    await replica.apply([op('a', 1)]);
+    const source = sourceOf(leader, { entries: 0, versions: 0 });
+    const info = await source.info();
+    const entries = source.logEntries;
+    source.logEntries = async (versions) => {
+      const got = await entries(versions);
+      // The newer leader's announcement arrives while the entries are on their way.
+      replica.step({ type: 'fromLeader', epoch: 2 });
+      return got;
+    };
+    await expect(syncFrom(replica, source, info, { valid: () => replica.fence <= 1 })).rejects.toMatchObject({ code: 'SHX_STALE_EPOCH' });
+    expect(await replica.store.versionOf('stray')).toBeUndefined();
+    expect(await contents(replica)).toEqual([['a', V + 1, true]]);
+  });
+
+  it('stores no page of a full copy once the replica has seen a newer leadership', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    await leader.apply([op('a', 1), op('b', 2)]);
+    await replica.apply([op('z', 1)]);
+    const source = sourceOf(leader, { entries: 0, versions: 0 });
+    const copy = source.copy;
+    source.copy = async function* () {
+      for await (const chunk of copy()) {
+        replica.step({ type: 'fromLeader', epoch: 2 });
+        yield chunk;
+      }
+    };
+    // The leader's log no longer reaches back to the replica's: a full copy.
+    const info = { ...(await source.info()), trimmedThrough: V + 2 };
+    await expect(syncFrom(replica, source, info, { valid: () => replica.fence <= 1 })).rejects.toMatchObject({ code: 'SHX_STALE_EPOCH' });
+    expect(await contents(replica)).toEqual([]);
+  });
+
   it('copies everything into an empty replica', async () => {
     const leader = await replicaIn('leader');
     const replica = await replicaIn('replica');

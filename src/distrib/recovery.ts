@@ -6,6 +6,7 @@
 // entry the peer does not hold (a deposed leader's write that nobody acknowledged) is replaced
 // by the peer's entry for that id, or removed. Applying is idempotent: the per-id version rule of the
 // replica store drops whatever we already have.
+import { ShardexError } from '../errors.js';
 import type { LogDigest, ReplicaStore, StoredEntry } from '../ulog/index.js';
 import type { ShardReplica } from './replica.js';
 import { epochBase, epochOf } from './shard-state.js';
@@ -61,6 +62,29 @@ export interface RecoveryReport {
    */
   readonly onlyTheirs?: number;
   readonly onlyOurs?: number;
+}
+
+/** Told of each page a recovery stores: `copied` documents of a full copy, `applied` log entries of a peer sync. */
+export type RecoveryProgress = (step: 'copied' | 'applied', docs: number) => void;
+
+export interface SyncOptions {
+  readonly progress?: RecoveryProgress;
+  /**
+   * Whether what the source gives is still its to give: false once this replica has seen a newer
+   * leadership than the one it syncs from. The source may then be a deposed leader that has just
+   * applied a write nobody will acknowledge (its replicas refuse it): storing it here would keep
+   * that write on a replica that had already fenced its leadership off. Asked in the same turn as
+   * each page is handed to the store, so that an announcement heard later orders after that page,
+   * as a FROMLEADER update received before it would.
+   */
+  readonly valid?: () => boolean;
+}
+
+/** Throws (retryably: the caller syncs again, from the new leader) once `opts.valid` says no. */
+function assertValid(opts: SyncOptions): void {
+  if (opts.valid && !opts.valid()) {
+    throw new ShardexError('SHX_STALE_EPOCH', 'a newer leadership was seen while syncing: what the old one gave is not stored; syncing again from the new leader');
+  }
 }
 
 /** Versions per listing page, and entries per fetch (the RPC's bound is 10,000). */
@@ -140,7 +164,7 @@ export async function holdsSameLog(replica: ShardReplica, source: SyncSource): P
  * up to our newest version are compared by digest (Solr's fingerprint): when they agree, only
  * the versions after it are listed.
  */
-export async function peerSync(replica: ShardReplica, source: SyncSource, from: number, progress?: RecoveryProgress): Promise<LogComparison> {
+export async function peerSync(replica: ShardReplica, source: SyncSource, from: number, opts: SyncOptions = {}): Promise<LogComparison> {
   const start = await agreedThrough(replica, source, from);
   const theirs = await listAll(start, (after, limit) => source.logVersions(after, limit));
   const ours = await listAll(start, (after, limit) => replica.store.logVersionsAfter(after, limit));
@@ -149,12 +173,14 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
   let applied = 0;
   for (let i = 0; i < missing.length; i += ENTRIES_PAGE) {
     const page = await source.logEntries(missing.slice(i, i + ENTRIES_PAGE));
+    assertValid(opts);
     const done = await replica.apply(page);
     applied += done.length;
-    progress?.('applied', done.length);
+    opts.progress?.('applied', done.length);
     // Those superseded here by a newer version still go to our log, as they are in the peer's.
     if (done.length < page.length) {
       const versions = new Set(done.map((e) => e.version));
+      assertValid(opts);
       await replica.store.recordSuperseded(page.filter((e) => !versions.has(e.version)));
     }
   }
@@ -168,7 +194,7 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
  * that may have reached us from the peer after it answered (`info`) is left alone: one of the
  * peer's own epoch newer than its newest version then.
  */
-export async function converge(replica: ShardReplica, source: SyncSource, info: PeerLogInfo, logs: LogComparison): Promise<number> {
+export async function converge(replica: ShardReplica, source: SyncSource, info: PeerLogInfo, logs: LogComparison, opts: SyncOptions = {}): Promise<number> {
   const peerEpoch = info.epoch ?? epochOf(info.maxVersion);
   const sinceSync = (v: number): boolean => v > info.maxVersion && epochOf(v) >= peerEpoch;
   const unknown = logs.ours.filter((v) => !sinceSync(v) && !logs.theirs.has(v));
@@ -182,6 +208,7 @@ export async function converge(replica: ShardReplica, source: SyncSource, info: 
   for (let i = 0; i < suspects.length; i += ENTRIES_PAGE) {
     const chunk = suspects.slice(i, i + ENTRIES_PAGE);
     const theirs = await source.entries(chunk);
+    assertValid(opts);
     reverted += await replica.reconcile(chunk.map((id, j) => ({ id, leader: theirs[j] })), sinceSync);
   }
   // Those a newer write replaced here leave the log too: synced from us later, they would bring
@@ -190,29 +217,28 @@ export async function converge(replica: ShardReplica, source: SyncSource, info: 
   return reverted;
 }
 
-/** Told of each page a recovery stores: `copied` documents of a full copy, `applied` log entries of a peer sync. */
-export type RecoveryProgress = (step: 'copied' | 'applied', docs: number) => void;
-
 /** Brings `replica` to the peer's state (what was in the peer when this ran). */
-export async function syncFrom(replica: ShardReplica, source: SyncSource, info: PeerLogInfo, progress?: RecoveryProgress): Promise<RecoveryReport> {
+export async function syncFrom(replica: ShardReplica, source: SyncSource, info: PeerLogInfo, opts: SyncOptions = {}): Promise<RecoveryReport> {
   const localMax = replica.store.maxVersion;
   const from = await syncStartOf(replica.store);
   if (canPeerSync(localMax, from, info)) {
-    const logs = await peerSync(replica, source, from, progress);
-    const reverted = localMax === 0 ? 0 : await converge(replica, source, info, logs);
+    const logs = await peerSync(replica, source, from, opts);
+    const reverted = localMax === 0 ? 0 : await converge(replica, source, info, logs, opts);
     const report = { method: 'peer-sync' as const, applied: logs.applied, copied: 0, reverted, compared: logs.compared };
     if (logs.compared === 0) return report;
     const onlyOurs = logs.ours.filter((v) => !logs.theirs.has(v)).length;
     return { ...report, onlyTheirs: logs.theirs.size - (logs.ours.length - onlyOurs), onlyOurs };
   }
+  assertValid(opts);
   await replica.reset();
   let copied = 0;
   for await (const chunk of source.copy()) {
+    assertValid(opts);
     const n = (await replica.apply(chunk)).length;
     copied += n;
-    progress?.('copied', n);
+    opts.progress?.('copied', n);
   }
   // Whatever landed at the peer while we copied is in its log after the copy's start.
-  const { applied } = await peerSync(replica, source, syncStart(Math.min(info.maxVersion, replica.store.maxVersion)), progress);
+  const { applied } = await peerSync(replica, source, syncStart(Math.min(info.maxVersion, replica.store.maxVersion)), opts);
   return { method: 'full-copy', applied, copied, reverted: 0 };
 }

@@ -51,6 +51,8 @@ export class ShardReplica {
   recovering = false;
   /** A catch-up with a new leader is running (at most one at a time). */
   catchingUp = false;
+  /** The newest leadership a catch-up was asked for while one ran: caught up with once it ends. */
+  catchUpNext: number | undefined;
   private s: ShardState;
   private readonly log: Logger;
 

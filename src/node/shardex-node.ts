@@ -689,7 +689,7 @@ export class ShardexNode {
       peers.map(async (p) => {
         try {
           const from = await syncStartOf(replica.store);
-          const { applied: n } = await peerSync(replica, this.syncSource(p.node, replica.collection, replica.shard), from);
+          const { applied: n } = await peerSync(replica, this.syncSource(p.node, replica.collection, replica.shard), from, { valid: () => replica.fence === epoch });
           if (n > 0) this.log.info({ replica: replica.key, from: p.node, applied: n }, 'new leader synced updates from a replica');
         } catch (err) {
           this.log.warn({ replica: replica.key, peer: p.node, err: (err as Error).message }, 'new leader could not sync from a replica');
@@ -742,7 +742,9 @@ export class ShardexNode {
           const info = await this.infoUntil(source, (i) => i.replicaState !== 'down', current, SEE_RECOVERING_POLLS);
           if (info.replicaState === 'down') throw new ShardexError('SHX_RECOVERING', `leader ${leader} does not see ${this.name} recovering yet`);
           const t1 = performance.now();
-          const report = await syncFrom(replica, source, info, this.recoveryProgress(replica));
+          // The leadership synced from: once a newer one is seen, what it gives is not stored (and this is tried again).
+          const leaderEpoch = info.epoch ?? replica.fence;
+          const report = await syncFrom(replica, source, info, { progress: this.recoveryProgress(replica), valid: () => replica.fence <= leaderEpoch });
           const t2 = performance.now();
           // A new leader announces its epoch only to the replicas it reaches then: one that was
           // down, or not open yet, learns it here, from the leader it synced from, as the
@@ -811,7 +813,12 @@ export class ShardexNode {
    * not reach back far enough, a full recovery runs instead.
    */
   private async catchUp(replica: ShardReplica, epoch: number): Promise<void> {
-    if (replica.catchingUp || this.stopped) return;
+    if (this.stopped) return;
+    if (replica.catchingUp) {
+      // A newer leadership while one catch-up runs: that one ends (its epoch is no longer the fence), this one follows.
+      replica.catchUpNext = Math.max(replica.catchUpNext ?? 0, epoch);
+      return;
+    }
     replica.catchingUp = true;
     const { collection, shard } = replica;
     // A newer leadership than this one has its own catch-up; a recovery syncs by itself.
@@ -830,7 +837,7 @@ export class ShardexNode {
             void this.recover(replica);
             return;
           }
-          const report = await syncFrom(replica, source, info, this.recoveryProgress(replica));
+          const report = await syncFrom(replica, source, info, { progress: this.recoveryProgress(replica), valid: () => replica.fence === epoch });
           if (report.applied > 0 || report.reverted > 0) this.log.info({ replica: replica.key, leader: leader.node, epoch, ...report }, 'replica caught up with a new leader');
         },
         { maxRetries: CATCH_UP_RETRIES, backoff: CATCH_UP_BACKOFF, retryable: relevant },
@@ -840,6 +847,9 @@ export class ShardexNode {
       if (relevant()) this.log.warn({ replica: replica.key, epoch, err: (err as Error).message }, 'could not catch up with the new leader');
     } finally {
       replica.catchingUp = false;
+      const next = replica.catchUpNext;
+      replica.catchUpNext = undefined;
+      if (next !== undefined && next > epoch) void this.catchUp(replica, next);
     }
   }
 
