@@ -560,15 +560,31 @@ describe('ReplicaStore log trimming', () => {
   });
 });
 
+/** Makes every LevelDB batch of `store` fail as a full disk would, at its write; returns the undo. */
+function failWrites(store: ReplicaStore): () => void {
+  type Chained = { write: (...args: unknown[]) => Promise<void>; close: () => Promise<void> };
+  const db = (store as unknown as { db: { batch: () => Chained } }).db;
+  const batch = db.batch.bind(db);
+  db.batch = () => {
+    const chained = batch();
+    chained.write = async () => {
+      await chained.close();
+      throw new Error('disk full');
+    };
+    return chained;
+  };
+  return () => {
+    db.batch = batch;
+  };
+}
+
 describe('ReplicaStore write failures', () => {
   it('a batch that could not be written leaves no trace: the same update applies when sent again', async () => {
     const store = await openStore();
     await store.apply([{ id: 'a', version: 1, doc: { id: 'a' } }]);
-    const db = (store as unknown as { db: { batch: (...args: unknown[]) => Promise<void> } }).db;
-    const batch = db.batch.bind(db);
-    db.batch = () => Promise.reject(new Error('disk full'));
+    const restore = failWrites(store);
     await expect(store.apply([{ id: 'a', version: 2, doc: { id: 'a', n: 2 } }, { id: 'b', version: 3, doc: { id: 'b' } }])).rejects.toThrow('disk full');
-    db.batch = batch;
+    restore();
     expect(await store.versionOf('a')).toBe(1);
     expect(await store.versionOf('b')).toBeUndefined();
     expect(store.docCount).toBe(1);
@@ -587,12 +603,10 @@ describe('ReplicaStore write failures of recovery', () => {
     await store.apply([{ id: 'a', version: 2, doc: { id: 'a', n: 2 } }]);
     await store.apply([{ id: 'a', version: 3, doc: { id: 'a', n: 3 } }, { id: 'b', version: 4, doc: { id: 'b' } }]);
     const before = { log: await store.logVersionsAfter(0, 10), size: store.logSize, docs: store.docCount, digest: await store.logDigest(0, 4) };
-    const db = (store as unknown as { db: { batch: (...args: unknown[]) => Promise<void> } }).db;
-    const batch = db.batch.bind(db);
-    db.batch = () => Promise.reject(new Error('disk full'));
+    const restore = failWrites(store);
     await expect(store.reconcile([{ id: 'a', leader: { id: 'a', version: 1, doc: { id: 'a' } } }, { id: 'b', leader: undefined }], () => false)).rejects.toThrow('disk full');
     await expect(store.dropStaleLog([1, 2, 2])).rejects.toThrow('disk full');
-    db.batch = batch;
+    restore();
     expect({ log: await store.logVersionsAfter(0, 10), size: store.logSize, docs: store.docCount, digest: await store.logDigest(0, 4) }).toEqual(before);
     expect(await store.versionOf('a')).toBe(3);
     expect(await store.versionOf('b')).toBe(4);

@@ -215,6 +215,21 @@ export interface Reconcile {
 }
 
 type BatchOp = { type: 'put'; key: string; value: string } | { type: 'del'; key: string };
+
+/**
+ * Writes `ops` as one atomic LevelDB batch. A chained batch hands each op to LevelDB as it is
+ * added; the array form copies every op into a new object first and reads it back property by
+ * property, which cost twice the CPU per document on the ingest path (a 500-document batch of
+ * ~1 KB documents: 31-38 against 65-82 us per document, .prof/batchbench.mjs).
+ */
+async function writeBatch(db: Level<string, string>, ops: readonly BatchOp[], sync: boolean): Promise<void> {
+  const batch = db.batch();
+  for (const op of ops) {
+    if (op.type === 'put') batch.put(op.key, op.value);
+    else batch.del(op.key);
+  }
+  await batch.write({ sync });
+}
 interface Undo {
   readonly prev: Known;
 }
@@ -401,7 +416,8 @@ export class ReplicaStore {
     this.sums.clear();
     const stale = await this.db.keys({ gte: SUMS, lt: SUMS_END }).all();
     const sums = this.sums.preview(versions);
-    await this.db.batch(
+    await writeBatch(
+      this.db,
       [
         ...stale.map((key): BatchOp => ({ type: 'del', key })),
         ...sumOps(sums),
@@ -409,7 +425,7 @@ export class ReplicaStore {
         { type: 'put', key: SUMS_KEPT, value: '1' },
         { type: 'put', key: SUMS_END, value: '' },
       ],
-      { sync: true },
+      true,
     );
     this.sums.commit(sums);
   }
@@ -707,7 +723,7 @@ export class ReplicaStore {
       ops.push({ type: 'put', key: changeKey(seq), value: JSON.stringify(group.changed) }, { type: 'put', key: SEQ, value: String(seq) });
     }
     try {
-      await this.db.batch(ops, { sync: group.sync });
+      await writeBatch(this.db, ops, group.sync);
     } catch (err) {
       if (seq !== this.appliedSeq) this.seq = seq - 1;
       throw err;
@@ -1145,7 +1161,7 @@ export class ReplicaStore {
     // One batch: the entries, their sums, the trim point and the count change together, whatever crashes.
     const batch: BatchOp[] = keys.map((key) => ({ type: 'del', key }));
     batch.push(...sumOps(sums), { type: 'put', key: TRIMMED, value: String(trimmed) }, { type: 'put', key: LOG_COUNT, value: String(logCount) });
-    await this.db.batch(batch);
+    await writeBatch(this.db, batch, false);
     this.sums.commit(sums);
     this.trimmed = trimmed;
     this.logCount = logCount;
@@ -1179,7 +1195,8 @@ export class ReplicaStore {
     this.commitPoint = undefined;
     this.trimmed = 0;
     // The fence and the format survive a reset: a full copy does not make older leaders acceptable.
-    await this.db.batch(
+    await writeBatch(
+      this.db,
       [
         { type: 'put', key: FORMAT, value: FORMAT_VERSION },
         { type: 'put', key: FENCE, value: String(this.fenceEpoch) },
@@ -1190,7 +1207,7 @@ export class ReplicaStore {
         // Sequences keep growing: a segment written before the clear never matches what follows it.
         { type: 'put', key: SEQ, value: String(this.seq) },
       ],
-      { sync: true },
+      true,
     );
     await this.commitSnapshot?.snapshot.close();
     this.commitSnapshot = undefined;
