@@ -198,6 +198,30 @@ describe('top of a union of terms and phrases', () => {
     expect(lowerBound.scored).toBeLessThan(all / 4);
   });
 
+  it('past the count, steps over the blocks of a term whose best score cannot make the page', () => {
+    // One term in every document, tf 1 but in a short field every 500th document: those score
+    // highest, and every block of plain documents (tf 1 in a long field) is below the page.
+    const maxDoc = 40_000;
+    const lengths = Int32Array.from({ length: maxDoc }, (_, d) => (d % 500 === 0 ? 2 : 30));
+    const postings = Int32Array.from({ length: 2 * maxDoc }, (_, i) => (i % 2 === 0 ? i / 2 : 1));
+    const term: UnionTerm = { postings, length: postings.length, bounds: blockBounds(postings, postings.length, lengths), boost: 1, idf: 1.5, avgdl: 20, lengths };
+    const ids = Array.from({ length: maxDoc }, (_, d) => `d${String(d).padStart(5, '0')}`);
+    const live = new Uint8Array(maxDoc).fill(1);
+    const want = reference({ maxDoc, terms: [term], live, mask: null, ids });
+    const counted = topOfUnion([term], live, null, maxDoc, 10, Infinity, (d) => ids[d]!, new Accumulator(maxDoc));
+    const bounded = topOfUnion([term], live, null, maxDoc, 10, 100, (d) => ids[d]!, new Accumulator(maxDoc));
+    for (const got of [counted, bounded]) {
+      expect(Array.from(got.docs)).toEqual(want.ranked.slice(0, 10).map((h) => h.doc));
+      expect(Array.from(got.scores)).toEqual(want.ranked.slice(0, 10).map((h) => h.score));
+    }
+    expect(counted).toMatchObject({ total: maxDoc, exact: true, scored: maxDoc });
+    expect(bounded.exact).toBe(false);
+    // The first two windows of 4,096 documents are read whole: the first counts and fills the
+    // page, which holds only short-field documents once the second is in. Past them only the
+    // blocks holding a short-field document (one in 500: at most 80 blocks of 64) are scored.
+    expect(bounded.scored).toBeLessThan(2 * 4096 + 81 * BLOCK);
+  });
+
   it('reads the positions of a common phrase only where the document can still make the page', () => {
     // Every document holds the phrase "a b" once in a long field; one in 97 holds the rare word c.
     const maxDoc = 20_000;

@@ -8,7 +8,8 @@
 // non-essential: a document only they match cannot make the page, so only the other (essential)
 // clauses are scored. A candidate is then scored in full only when its partial score plus the
 // non-essential clauses' bounds can still reach the threshold. A window where even all the bounds
-// together fall short is skipped.
+// together fall short is skipped, and so, within a window, is a block of an essential clause whose
+// own bound plus the other clauses' cannot reach it (block-max, as Lucene's impacts).
 //
 // A phrase is bounded by its words' blocks (it occurs at most as often as its rarest word, in a
 // field at least as long as the shortest that holds them all), jumps over postings with the
@@ -146,7 +147,7 @@ export function topOfUnion(
   const win = new WindowSums(acc, room);
   const marks = acc.marks;
   const bound = new Float64Array(n);
-  const order = Array.from({ length: n }, (_, i) => i);
+  const order = Int32Array.from({ length: n }, (_, i) => i);
   const essential = new Uint8Array(n);
   let total = 0;
   let scored = 0;
@@ -174,7 +175,7 @@ export function topOfUnion(
     if (!any) continue;
     // The non-essential clauses: the smallest bounds, as many as sum below the threshold.
     const threshold = top.threshold();
-    order.sort((a, b) => bound[a] - bound[b]);
+    sortByBound(order, bound);
     let rest = 0;
     let split = 0;
     while (split < n && (rest + bound[order[split]]) * MARGIN < threshold) rest += bound[order[split++]];
@@ -216,13 +217,27 @@ export function topOfUnion(
       if (essential[i] === 1) {
         const { boost, idf, avgdl, lengths } = t;
         const first = j;
+        let skipped = 0;
+        // Past the count, a whole block whose best score plus the other clauses' bounds cannot
+        // reach the page is stepped over (block-max, as Lucene's impacts): a document it holds
+        // that another clause scores gets a sum short of its score, still below the threshold.
+        const others = counting ? Infinity : bounds - bound[i];
+        const max = blockMax[i]!;
         for (; j < end; j += 2) {
           const d = p[j];
           if (d >= hi) break;
+          if (j % (2 * BLOCK) === 0 && others !== Infinity) {
+            const last = Math.min(end, j + 2 * BLOCK) - 2;
+            if (p[last] < hi && (max[j / (2 * BLOCK)] + others) * MARGIN < top.threshold()) {
+              skipped += (last - j + 2) >> 1;
+              j = last;
+              continue;
+            }
+          }
           if (live[d] !== 1 || (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
           win.add(d, boost * bm25(p[j + 1], lengths[d], avgdl, idf));
         }
-        scored += (j - first) >> 1;
+        scored += ((j - first) >> 1) - skipped;
       } else if (counting) {
         for (; j < end; j += 2) {
           const d = p[j];
@@ -253,7 +268,7 @@ export function topOfUnion(
       // window once, from the window's start on.
       cursor.set(windowStart);
       for (const ph of phrases) ph?.rewind();
-      const list = candidates.subarray(0, found).sort();
+      const list = win.ordered ? candidates.subarray(0, found) : candidates.subarray(0, found).sort();
       for (let c = 0; c < found; c++) {
         const d = list[c];
         if ((sums[d] + rest) * MARGIN >= top.threshold()) top.offer(d, fullScore(clauses, phrases, cursor, at, d));
@@ -280,6 +295,8 @@ class WindowSums {
   /** Documents marked (scored or counted). */
   touched = 0;
   found = 0;
+  /** Whether the candidates came in increasing order (one clause scored them): no sort needed. */
+  ordered = true;
 
   constructor(acc: Accumulator, room: number) {
     this.marks = acc.marks;
@@ -291,6 +308,7 @@ class WindowSums {
   clear(): void {
     this.touched = 0;
     this.found = 0;
+    this.ordered = true;
   }
 
   add(d: number, s: number): void {
@@ -302,6 +320,7 @@ class WindowSums {
     if (mark === 0) this.list[this.touched++] = d;
     this.marks[d] = 1;
     this.sums[d] = s;
+    if (this.found > 0 && d < this.candidates[this.found - 1]) this.ordered = false;
     this.candidates[this.found++] = d;
   }
 
@@ -315,6 +334,19 @@ class WindowSums {
   reset(): void {
     for (let c = 0; c < this.touched; c++) this.marks[this.list[c]] = 0;
     this.touched = 0;
+  }
+}
+
+/** Sorts clause numbers `order` by `bound` ascending (stable; a handful of clauses: insertion sort, no closure). */
+function sortByBound(order: Int32Array, bound: Float64Array): void {
+  for (let i = 1; i < order.length; i++) {
+    const c = order[i];
+    let j = i - 1;
+    while (j >= 0 && bound[order[j]] > bound[c]) {
+      order[j + 1] = order[j];
+      j--;
+    }
+    order[j + 1] = c;
   }
 }
 
@@ -356,7 +388,11 @@ function fullScore(clauses: readonly UnionClause[], phrases: readonly (PhraseRea
     const p = t.postings;
     const e = end[i];
     let j = cursor[i];
-    while (j < e && p[j] < d) j += 2;
+    // The next posting or two step; farther, a gallop (the clause's matches may be far apart).
+    if (j < e && p[j] < d) {
+      j += 2;
+      if (j < e && p[j] < d) j = gallop(p, j, e, 2, d);
+    }
     cursor[i] = j;
     if (j < e && p[j] === d) score += t.boost * bm25(p[j + 1], t.lengths[d], t.avgdl, t.idf);
   }
