@@ -223,19 +223,21 @@ export function topOfUnion(
         // that another clause scores gets a sum short of its score, still below the threshold.
         const others = counting ? Infinity : bounds - bound[i];
         const max = blockMax[i]!;
-        for (; j < end; j += 2) {
-          const d = p[j];
-          if (d >= hi) break;
-          if (j % (2 * BLOCK) === 0 && others !== Infinity) {
-            const last = Math.min(end, j + 2 * BLOCK) - 2;
-            if (p[last] < hi && (max[j / (2 * BLOCK)] + others) * MARGIN < top.threshold()) {
-              skipped += (last - j + 2) >> 1;
-              j = last;
-              continue;
-            }
+        // Block by block (a block's postings start at a multiple of 2 * BLOCK ints).
+        while (j < end && p[j] < hi) {
+          const b = Math.floor(j / (2 * BLOCK));
+          const stop = Math.min(end, (b + 1) * 2 * BLOCK);
+          if (others !== Infinity && j === b * 2 * BLOCK && p[stop - 2] < hi && (max[b] + others) * MARGIN < top.threshold()) {
+            skipped += (stop - j) >> 1;
+            j = stop;
+            continue;
           }
-          if (live[d] !== 1 || (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
-          win.add(d, boost * bm25(p[j + 1], lengths[d], avgdl, idf));
+          for (; j < stop; j += 2) {
+            const d = p[j];
+            if (d >= hi) break;
+            if (live[d] !== 1 || (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
+            win.add(d, boost * bm25(p[j + 1], lengths[d], avgdl, idf));
+          }
         }
         scored += ((j - first) >> 1) - skipped;
       } else if (counting) {
@@ -260,8 +262,8 @@ export function topOfUnion(
 
     if (split === 0) {
       // Every clause was scored: the sums are the scores. (A phrase may have left out a document
-      // whose bound could not reach the threshold: its sum then falls short of its score, which
-      // is below the threshold anyway, so the page takes it neither way.)
+      // whose bound could not reach the threshold, and a term a block of them: a sum then falls
+      // short of its score, which is below the threshold anyway, so the page takes it neither way.)
       for (let c = 0; c < found; c++) top.offer(candidates[c], sums[candidates[c]]);
     } else {
       // Candidates in document order, so that the full scores read each clause's postings in the

@@ -224,9 +224,15 @@ type BatchOp = { type: 'put'; key: string; value: string } | { type: 'del'; key:
  */
 async function writeBatch(db: Level<string, string>, ops: readonly BatchOp[], sync: boolean): Promise<void> {
   const batch = db.batch();
-  for (const op of ops) {
-    if (op.type === 'put') batch.put(op.key, op.value);
-    else batch.del(op.key);
+  try {
+    for (const op of ops) {
+      if (op.type === 'put') batch.put(op.key, op.value);
+      else batch.del(op.key);
+    }
+  } catch (err) {
+    // A refused op leaves nothing written; the batch is detached from the db (a failed write closes itself).
+    await batch.close();
+    throw err;
   }
   await batch.write({ sync });
 }
