@@ -2,7 +2,8 @@
 // replicas holding N generated documents; every node killed -9 at once and started again on its
 // data dir. Printed: the time until every replica is active and a search finds every document,
 // beside the same for an empty collection (the baseline, measured in the same run), and how
-// restart time grows with the document count (largest / smallest).
+// restart time grows with the document count (largest / smallest). `--runs N` repeats each size
+// N times, each run with its own cluster and empty baseline, and prints every run and the median.
 import { fmt, ingestCorpus, log, parseFlags, postJson, processCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
 import { cp } from 'node:fs/promises';
 
@@ -77,34 +78,59 @@ async function restartAll(cluster, expected, timeline = false) {
   return ms;
 }
 
+/** One run at `n` documents: a fresh ZooKeeper and cluster, the empty restart, then the full one. */
+async function runOnce(n, a) {
+  log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes ...`);
+  const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout) });
+  try {
+    await postJson(`${cluster.urls[0]}/api/collections`, JSON.stringify({ name: C, numShards: 2, replicationFactor: 2, autoCommit: 'off' }));
+    await waitSettled(cluster.urls[0], C);
+    log('  baseline: kill -9 and restart with the collection empty ...');
+    const empty = await restartAll(cluster, 0);
+    log(`  empty: up and searchable in ${(empty / 1000).toFixed(1)} s; indexing ${fmt(n)} documents ...`);
+    await ingestCorpus(cluster.urls, C, n);
+    log('  kill -9 every node and restart ...');
+    const full = await restartAll(cluster, n, a.timeline === 'yes');
+    log(`  ${fmt(n)} documents: up and searchable in ${(full / 1000).toFixed(1)} s (${(full / empty).toFixed(2)}x the empty start)`);
+    return { n, full, empty };
+  } finally {
+    await cluster.stop();
+  }
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((x, y) => x - y);
+  return s.length % 2 === 1 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+
 export async function run(rest) {
-  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000, timeline: 'no' });
+  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000, timeline: 'no', runs: 1 });
   // The nodes log at info, so that each replica's open and recovery can be printed.
   process.env.SHARDEX_LOG_LEVEL ??= 'info';
   const sizes = String(a.docs).split(',').map(Number);
+  const runs = Math.floor(a.runs);
+  // --runs N: N runs per size, each with its own cluster and its own empty baseline (a run's
+  // ratio moves with the machine's load more than with the code), then their median.
   const rows = [];
   for (const n of sizes) {
-    log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes ...`);
-    const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout) });
-    try {
-      await postJson(`${cluster.urls[0]}/api/collections`, JSON.stringify({ name: C, numShards: 2, replicationFactor: 2, autoCommit: 'off' }));
-      await waitSettled(cluster.urls[0], C);
-      log('  baseline: kill -9 and restart with the collection empty ...');
-      const empty = await restartAll(cluster, 0);
-      log(`  empty: up and searchable in ${(empty / 1000).toFixed(1)} s; indexing ${fmt(n)} documents ...`);
-      await ingestCorpus(cluster.urls, C, n);
-      log('  kill -9 every node and restart ...');
-      const full = await restartAll(cluster, n, a.timeline === 'yes');
-      log(`  ${fmt(n)} documents: up and searchable in ${(full / 1000).toFixed(1)} s`);
-      rows.push({ n, full, empty });
-    } finally {
-      await cluster.stop();
+    const each = [];
+    for (let r = 1; r <= runs; r++) {
+      if (runs > 1) log(`run ${r} of ${runs} at ${fmt(n)} documents`);
+      each.push(await runOnce(n, a));
     }
+    rows.push({ n, each, full: median(each.map((e) => e.full)), empty: median(each.map((e) => e.empty)), ratio: median(each.map((e) => e.full / e.empty)) });
   }
   log('');
-  log('| documents (2 shards x 2 replicas, 3 node processes, all killed -9) | restart until searchable | empty collection, same run | ratio |');
+  if (runs > 1) {
+    log('| documents (2 shards x 2 replicas, 3 node processes, all killed -9) | run | restart until searchable | empty collection, same run | ratio |');
+    log('|---|---|---|---|---|');
+    for (const r of rows) r.each.forEach((e, i) => log(`| ${fmt(r.n)} | ${i + 1} | ${(e.full / 1000).toFixed(1)} s | ${(e.empty / 1000).toFixed(1)} s | ${(e.full / e.empty).toFixed(2)} |`));
+    log('');
+  }
+  const what = runs > 1 ? `median of ${runs} runs` : 'one run';
+  log(`| documents (2 shards x 2 replicas, 3 node processes, all killed -9; ${what}) | restart until searchable | empty collection, same run | ratio |`);
   log('|---|---|---|---|');
-  for (const r of rows) log(`| ${fmt(r.n)} | ${(r.full / 1000).toFixed(1)} s | ${(r.empty / 1000).toFixed(1)} s | ${(r.full / r.empty).toFixed(2)} |`);
+  for (const r of rows) log(`| ${fmt(r.n)} | ${(r.full / 1000).toFixed(1)} s | ${(r.empty / 1000).toFixed(1)} s | ${r.ratio.toFixed(2)} |`);
   if (rows.length > 1) {
     const first = rows[0];
     const last = rows[rows.length - 1];
