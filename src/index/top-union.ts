@@ -221,13 +221,13 @@ export function topOfUnion(
         // Past the count, a whole block whose best score plus the other clauses' bounds cannot
         // reach the page is stepped over (block-max, as Lucene's impacts): a document it holds
         // that another clause scores gets a sum short of its score, still below the threshold.
-        const others = counting ? Infinity : bounds - bound[i];
+        const others = bounds - bound[i];
         const max = blockMax[i]!;
         // Block by block (a block's postings start at a multiple of 2 * BLOCK ints).
         while (j < end && p[j] < hi) {
           const b = Math.floor(j / (2 * BLOCK));
           const stop = Math.min(end, (b + 1) * 2 * BLOCK);
-          if (others !== Infinity && j === b * 2 * BLOCK && p[stop - 2] < hi && (max[b] + others) * MARGIN < top.threshold()) {
+          if (!counting && j === b * 2 * BLOCK && p[stop - 2] < hi && (max[b] + others) * MARGIN < top.threshold()) {
             skipped += (stop - j) >> 1;
             j = stop;
             continue;
