@@ -4,7 +4,7 @@
 // beside the same for an empty collection (the baseline, measured in the same run), and how
 // restart time grows with the document count (largest / smallest). `--runs N` repeats each size
 // N times, each run with its own cluster and empty baseline, and prints every run and the median.
-import { fmt, ingestCorpus, log, parseFlags, postJson, processCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
+import { fmt, ingestCorpus, log, parseFlags, percentile, postJson, processCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
 import { cp } from 'node:fs/promises';
 
 const C = 'restart';
@@ -98,10 +98,7 @@ async function runOnce(n, a) {
   }
 }
 
-const median = (xs) => {
-  const s = [...xs].sort((x, y) => x - y);
-  return s.length % 2 === 1 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
+const median = (xs) => percentile(xs, 50);
 
 export async function run(rest) {
   const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000, timeline: 'no', runs: 1 });
