@@ -3,7 +3,6 @@
 // stub distributor. Also what the store keeps across a reopen, and how it trims its log.
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Level } from 'level';
 import { describe, expect, it } from 'vitest';
 import type { CollectionState, Coordinator, LeaderInfo } from '../src/coordination/index.js';
 import type { CommandDistributor } from '../src/distrib/distributor.js';
@@ -468,78 +467,7 @@ describe('ReplicaStore across a reopen', () => {
     expect(await again.recentVersions(3)).toEqual([17, 16, 15]);
     expect((await again.updatesAfter(0, 100)).map((e) => e.version)).toEqual([10, 11, 12, 13, 14, 15, 16, 17]);
   });
-
-  /** The store's raw LevelDB values under `prefix` (the store closed). */
-  async function raw(name: string, prefix: string): Promise<Map<string, string>> {
-    const db = new Level<string, string>(join(tmp.dir, name), { valueEncoding: 'utf8' });
-    try {
-      return await valuesUnder(db, prefix);
-    } finally {
-      await db.close();
-    }
-  }
-
-  it("holds a live document once: its current version's log entry refers to it; a replaced version's text moves into the log", async () => {
-    const store = await openStore('once');
-    await store.apply([
-      { id: 'a', version: 10, doc: { id: 'a', n: 1 } },
-      { id: 'b', version: 11, doc: { id: 'b', n: 1 } },
-    ]);
-    // Replaced in a later batch (its text read from disk) and within one batch (from the batch itself).
-    await store.apply([{ id: 'a', version: 12, doc: { id: 'a', n: 2 } }]);
-    await store.apply([
-      { id: 'b', version: 13, doc: { id: 'b', n: 2 } },
-      { id: 'b', version: 14, doc: null },
-    ]);
-    const entries = await store.updatesAfter(0, 100);
-    expect(entries).toEqual([
-      { id: 'a', version: 10, doc: { id: 'a', n: 1 } },
-      { id: 'b', version: 11, doc: { id: 'b', n: 1 } },
-      { id: 'a', version: 12, doc: { id: 'a', n: 2 } },
-      { id: 'b', version: 13, doc: { id: 'b', n: 2 } },
-      { id: 'b', version: 14, doc: null },
-    ]);
-    expect(await store.logEntries([12, 10])).toEqual([entries[2], entries[0]]);
-    await store.close();
-    stores.splice(stores.indexOf(store), 1);
-    const log = [...(await raw('once', 'l')).values()];
-    // Only a's current version refers to its document; the replaced ones and the tombstone hold their text.
-    expect(log.filter((v) => !v.startsWith('{'))).toEqual(['@a']);
-    expect(log).toHaveLength(5);
-  });
-
-  it('reads a store written in format 2 (every log entry whole) and refuses a format it does not read', async () => {
-    const store = await openStore('old');
-    await store.apply([{ id: 'a', version: 10, doc: { id: 'a', n: 1 } }]);
-    await store.close();
-    stores.splice(stores.indexOf(store), 1);
-    // As format 2 wrote it: the log entry is the whole entry, and the format says 2.
-    const db = new Level<string, string>(join(tmp.dir, 'old'), { valueEncoding: 'utf8' });
-    await db.batch([
-      { type: 'put', key: [...(await valuesUnder(db, 'l')).keys()][0]!, value: '{"id":"a","v":10,"doc":{"id":"a","n":1}}' },
-      { type: 'put', key: 'm:format', value: '2' },
-    ]);
-    await db.close();
-    const again = await openStore('old');
-    await again.apply([{ id: 'a', version: 11, doc: { id: 'a', n: 2 } }]);
-    expect(await again.updatesAfter(0, 10)).toEqual([
-      { id: 'a', version: 10, doc: { id: 'a', n: 1 } },
-      { id: 'a', version: 11, doc: { id: 'a', n: 2 } },
-    ]);
-    await again.close();
-    stores.splice(stores.indexOf(again), 1);
-    expect((await raw('old', 'm:format')).get('m:format')).toBe('3');
-    const other = new Level<string, string>(join(tmp.dir, 'old'), { valueEncoding: 'utf8' });
-    await other.put('m:format', '9');
-    await other.close();
-    await expect(ReplicaStore.open(join(tmp.dir, 'old'))).rejects.toThrow(/written by another Shardex version \(format 9, this version reads 2 and 3\)/);
-  });
 });
-
-/** The raw LevelDB values of `db` under `prefix`. */
-async function valuesUnder(db: Level<string, string>, prefix: string): Promise<Map<string, string>> {
-  return new Map(await db.iterator({ gte: prefix, lt: prefix + '\uffff' }).all());
-}
 
 describe('ReplicaStore completeness', () => {
   it('says whether an open created it, and keeps the incomplete mark across reopens until a recovery completes', async () => {

@@ -1,10 +1,6 @@
 // One replica's durable state in LevelDB: the update log keyed by version and the current
-// documents keyed by id, both written in one atomic batch per applied request. A stored entry is
-// the JSON text {"id","v","doc"} (doc null = tombstone). Each document is held once: the log
-// entry of a live document's current version is a reference to its id (REF), and only when a
-// newer version replaces it does the old text move into the log, in the batch that replaces it,
-// so that a peer syncing that version still gets it. (Held twice, every document cost LevelDB
-// twice the writes and compactions, which a restart after a kill pays while replicas open.)
+// documents keyed by id, both written in one atomic batch per applied request. A stored
+// entry is the same JSON text in both places: {"id","v","doc"} (doc null = tombstone).
 // Tombstones keep their version so that a late, older add cannot resurrect a deleted id, for
 // a retention window (Elasticsearch's index.gc_deletes, 60 s) far longer than any update is in
 // flight; then they are dropped. Memory does not grow with the ids written: versions of ids not
@@ -102,11 +98,6 @@ export const DEFAULT_DELETE_RETENTION_MS = 60_000;
 export const DEFAULT_LOG_RETENTION = 100_000;
 
 const LOG = 'l';
-/**
- * A log value that holds no text: the version's text is its id's current document, under
- * docKey(id). Written for live documents only; a full entry always starts with '{'.
- */
-const REF = '@';
 const DOC = 'd';
 /** getMany reads up to this many ids synchronously. */
 const SYNC_READ_MAX = 20;
@@ -149,13 +140,8 @@ const changeKey = (seq: number): string => CHANGES + String(seq).padStart(VERSIO
 /** The newest change sequence used (survives a clear and the journal's trimming). */
 const SEQ = 'm:seq';
 const FORMAT = 'm:format';
-/**
- * Versions are epoch-major since format 2 (src/distrib/shard-state.ts); log entries may be
- * references (REF) since format 3. A format-2 store is read as it is (all its entries are full)
- * and marked 3 at open: a version that reads only format 2 then refuses it.
- */
-const FORMAT_VERSION = '3';
-const FORMATS_READ = new Set(['2', FORMAT_VERSION]);
+/** Versions are epoch-major since format 2 (src/distrib/shard-state.ts). */
+const FORMAT_VERSION = '2';
 const VERSION_WIDTH = 16;
 
 /** Log keys per read while summing a stretch of the log. */
@@ -272,20 +258,9 @@ interface PendingBatch {
   readonly after: Array<(seq: number) => void>;
   readonly logAdded: number[];
   readonly logRemoved: number[];
-  /** The log entries the batch writes as references (REF), by id: their text, if a later op of the batch replaces them. */
-  readonly refs: Map<string, Logged>;
-  /** Versions the batch replaces whose log entries may be references on disk: their text moves into the log first. */
-  readonly copies: Logged[];
   sync: boolean;
   applies: number;
   done: Promise<void>;
-}
-
-/** A version of an id, and its entry's text where known. */
-interface Logged {
-  readonly id: string;
-  readonly version: number;
-  readonly text?: string;
 }
 
 /** What a batch adds to its group besides its LevelDB ops. */
@@ -296,8 +271,6 @@ interface GroupExtras {
   /** Log entries the batch removes, and adds beside `versions` (reconcile). */
   readonly logRemoved?: readonly number[];
   readonly logAdded?: readonly number[];
-  readonly refs?: readonly Logged[];
-  readonly copies?: readonly Logged[];
 }
 
 /** Told, in order, what each batch applied once it is on disk (deletes as ops with doc null). */
@@ -389,10 +362,6 @@ export class ReplicaStore {
   private async checkFormat(dir: string): Promise<void> {
     const format = await this.db.get(FORMAT);
     if (format === FORMAT_VERSION) return;
-    if (format !== undefined && FORMATS_READ.has(format)) {
-      await this.db.put(FORMAT, FORMAT_VERSION, { sync: true });
-      return;
-    }
     if (format === undefined) {
       let empty = true;
       for await (const _ of this.db.keys({ limit: 1 })) empty = false;
@@ -404,7 +373,7 @@ export class ReplicaStore {
     }
     throw new ShardexError(
       'SHX_BAD_CONFIG',
-      `the replica data in ${dir} was written by another Shardex version (format ${format ?? '1'}, this version reads ${[...FORMATS_READ].join(' and ')}); ` +
+      `the replica data in ${dir} was written by another Shardex version (format ${format ?? '1'}, this version reads ${FORMAT_VERSION}); ` +
         'remove that directory so the replica recovers from its leader, or run the version that wrote it',
     );
   }
@@ -693,30 +662,12 @@ export class ReplicaStore {
     const maxBefore = this.maxVersionSeen;
     const liveBefore = this.liveDocs;
     const now = Date.now();
-    const refs: Logged[] = [];
-    const copies: Logged[] = [];
-    // Log entries written as references by this batch or by the group it joins: a later op that
-    // replaces one puts its text in the log after it, in the same LevelDB batch.
-    const groupRefs = this.pending?.refs;
-    const ownRefs = new Map<string, Logged>();
     for (const op of ops) {
       const cur = this.known.get(op.id) ?? NONE;
       if (cur.version >= op.version) continue;
       const text = encodeEntry(op);
-      batch.push({ type: 'put', key: logKey(op.version), value: op.doc === null ? text : REF + op.id }, { type: 'put', key: docKey(op.id), value: text });
-      if (cur.live && cur.version > this.trimmed) {
-        const ref = ownRefs.get(op.id) ?? groupRefs?.get(op.id);
-        if (ref?.version === cur.version) batch.push({ type: 'put', key: logKey(cur.version), value: ref.text! });
-        else copies.push({ id: op.id, version: cur.version });
-      }
-      if (op.doc === null) {
-        batch.push({ type: 'put', key: tombKey(now, op.id), value: String(op.version) });
-        ownRefs.delete(op.id);
-      } else {
-        const ref = { id: op.id, version: op.version, text };
-        ownRefs.set(op.id, ref);
-        refs.push(ref);
-      }
+      batch.push({ type: 'put', key: logKey(op.version), value: text }, { type: 'put', key: docKey(op.id), value: text });
+      if (op.doc === null) batch.push({ type: 'put', key: tombKey(now, op.id), value: String(op.version) });
       undo.push({ prev: cur });
       this.setKnown(op.id, { version: op.version, live: op.doc !== null });
       this.pin(op.id);
@@ -733,7 +684,7 @@ export class ReplicaStore {
     }
     if (batch.length === 0) return { applied, undo, written: Promise.resolve(), ids };
     const maxAfter = this.maxVersionSeen;
-    const written = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version), { applied, changed: ids, refs, copies }).catch((err: unknown) => {
+    const written = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version), { applied, changed: ids }).catch((err: unknown) => {
       if (this.maxVersionSeen === maxAfter) this.maxVersionSeen = maxBefore;
       throw err;
     });
@@ -747,7 +698,7 @@ export class ReplicaStore {
   private enqueue(batch: BatchOp[], sync: boolean, versions: readonly number[], extras: GroupExtras = {}): Promise<void> {
     let p = this.pending;
     if (p === undefined) {
-      const group: PendingBatch = { ops: [], versions: [], applied: [], changed: [], after: [], logAdded: [], logRemoved: [], refs: new Map(), copies: [], sync: false, applies: 0, done: undefined as unknown as Promise<void> };
+      const group: PendingBatch = { ops: [], versions: [], applied: [], changed: [], after: [], logAdded: [], logRemoved: [], sync: false, applies: 0, done: undefined as unknown as Promise<void> };
       group.done = this.writeChain.then(() => this.writeGroup(group));
       this.writeChain = group.done.catch(() => undefined);
       this.pending = p = group;
@@ -759,8 +710,6 @@ export class ReplicaStore {
     if (extras.after) p.after.push(extras.after);
     if (extras.logAdded) for (const v of extras.logAdded) p.logAdded.push(v);
     if (extras.logRemoved) for (const v of extras.logRemoved) p.logRemoved.push(v);
-    if (extras.refs) for (const r of extras.refs) p.refs.set(r.id, r);
-    if (extras.copies) for (const c of extras.copies) p.copies.push(c);
     p.sync ||= sync;
     // A durable point or a timed sync joins a batch without being one of its applies.
     if (extras.applied) p.applies++;
@@ -770,9 +719,7 @@ export class ReplicaStore {
   private async writeGroup(group: PendingBatch): Promise<void> {
     // From here on, new applies start the next group.
     if (this.pending === group) this.pending = undefined;
-    // Read now, once every earlier batch is on disk or failed: what the log holds of the versions replaced.
-    const copied = group.copies.length > 0 ? await this.textsOfReplaced(group.copies) : [];
-    const ops = group.ops.length > 0 ? [...copied, ...group.ops] : [{ type: 'put' as const, key: SYNC_MARK, value: String(Date.now()) }];
+    const ops = group.ops.length > 0 ? group.ops : [{ type: 'put' as const, key: SYNC_MARK, value: String(Date.now()) }];
     let seq = this.appliedSeq;
     if (group.versions.length > 0) ops.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount + group.versions.length) });
     const sums = this.sums.preview(group.logAdded.length > 0 ? [...group.versions, ...group.logAdded] : group.versions, group.logRemoved);
@@ -805,28 +752,6 @@ export class ReplicaStore {
   }
 
   /**
-   * The writes that move the text of each replaced version into the log, for those whose log
-   * entry on disk is a reference: read before the batch that replaces them (their documents are
-   * still those versions then). A version whose entry is gone (trimmed, removed) or full needs none.
-   */
-  private async textsOfReplaced(replaced: readonly Logged[]): Promise<BatchOp[]> {
-    const unique = [...new Map(replaced.map((r) => [r.version, r])).values()];
-    const logged = await this.db.getMany(unique.map((r) => logKey(r.version)));
-    const refs = unique.filter((_, i) => logged[i]?.startsWith(REF) === true);
-    if (refs.length === 0) return [];
-    const docs = await this.db.getMany(refs.map((r) => docKey(r.id)));
-    const ops: BatchOp[] = [];
-    refs.forEach((r, i) => {
-      const text = docs[i];
-      if (text === undefined || entryHead(text).version !== r.version) {
-        throw new ShardexError('SHX_INTERNAL', `the update log's entry of version ${r.version} refers to document '${r.id}', which holds another version`);
-      }
-      ops.push({ type: 'put', key: logKey(r.version), value: text });
-    });
-    return ops;
-  }
-
-  /**
    * Makes this replica hold exactly `leader`'s entry for each id (undefined = the leader has
    * none), unless our version of it is one `sinceSync` says reached us from the leader after it
    * answered. Removes the log entry of each version replaced, so that no peer syncs it from us
@@ -852,7 +777,6 @@ export class ReplicaStore {
     const changed: Reconcile[] = [];
     const logAdded: number[] = [];
     const logRemoved: number[] = [];
-    const refs: Logged[] = [];
     // What to put back in memory if the write fails: nothing of it is on disk then.
     const undo: Array<{ id: string; prev: Known }> = [];
     const liveBefore = this.liveDocs;
@@ -874,8 +798,7 @@ export class ReplicaStore {
         const text = encodeEntry(leader);
         // The leader's version may be in our log already (an older version of ours it kept).
         if ((await this.db.get(logKey(leader.version))) === undefined) logAdded.push(leader.version);
-        batch.push({ type: 'put', key: logKey(leader.version), value: leader.doc === null ? text : REF + id }, { type: 'put', key: docKey(id), value: text });
-        if (leader.doc !== null) refs.push({ id, version: leader.version, text });
+        batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
         this.setKnown(id, { version: leader.version, live: leader.doc !== null });
         if (leader.doc !== null && !cur.live) this.liveDocs++;
         else if (leader.doc === null && cur.live) this.liveDocs--;
@@ -886,7 +809,7 @@ export class ReplicaStore {
     batch.push({ type: 'put', key: COUNT, value: String(this.liveDocs) });
     const applied = changed.map((c): UpdateOp => ({ id: c.id, version: c.leader?.version ?? 0, doc: c.leader?.doc ?? null }));
     try {
-      await this.writeLogChange(batch, { applied, changed: changed.map((c) => c.id), logAdded, logRemoved, refs });
+      await this.writeLogChange(batch, { applied, changed: changed.map((c) => c.id), logAdded, logRemoved });
     } catch (err) {
       for (let i = undo.length - 1; i >= 0; i--) this.setKnown(undo[i]!.id, undo[i]!.prev);
       this.liveDocs = liveBefore;
@@ -1060,37 +983,10 @@ export class ReplicaStore {
 
   /** The log entries of exactly these versions (those the log holds), in the order given. */
   async logEntries(versions: readonly number[]): Promise<StoredEntry[]> {
-    return this.resolveLogged(versions, await this.db.getMany(versions.map(logKey)));
-  }
-
-  /**
-   * The entries of log values read for `versions` (undefined: not in the log), a reference read
-   * from its document. A document read after a newer version replaced it is not that version's
-   * text: the batch that replaced it moved the text into the log, so the log is read again.
-   */
-  private async resolveLogged(versions: readonly number[], values: ReadonlyArray<string | undefined>): Promise<StoredEntry[]> {
-    const out: Array<StoredEntry | undefined> = values.map((v) => (v === undefined || v.startsWith(REF) ? undefined : decodeEntry(v)));
-    let refs = values.flatMap((v, i) => (v?.startsWith(REF) ? [i] : []));
-    for (let attempt = 0; refs.length > 0; attempt++) {
-      if (attempt === 3) throw new ShardexError('SHX_INTERNAL', `the update log's entry of version ${versions[refs[0]!]} refers to a document that holds another version`);
-      const docs = await this.db.getMany(refs.map((i) => docKey(values[i]!.slice(REF.length))));
-      const again: number[] = [];
-      refs.forEach((i, j) => {
-        const text = docs[j];
-        if (text !== undefined && entryHead(text).version === versions[i]) out[i] = decodeEntry(text);
-        else again.push(i);
-      });
-      if (again.length === 0) break;
-      const reread = await this.db.getMany(again.map((i) => logKey(versions[i]!)));
-      refs = [];
-      again.forEach((i, j) => {
-        const v = reread[j];
-        if (v === undefined) return; // removed from the log meanwhile (trimmed, reconciled)
-        if (v.startsWith(REF)) refs.push(i);
-        else out[i] = decodeEntry(v);
-      });
-    }
-    return out.filter((e): e is StoredEntry => e !== undefined);
+    const values = await this.db.getMany(versions.map(logKey));
+    const out: StoredEntry[] = [];
+    for (const v of values) if (v !== undefined) out.push(decodeEntry(v));
+    return out;
   }
 
   /**
@@ -1159,15 +1055,11 @@ export class ReplicaStore {
 
   /** Log entries with `after` < version (<= `upto`), oldest first, at most `limit`. */
   async updatesAfter(after: number, limit: number, upto?: number): Promise<StoredEntry[]> {
+    const out: StoredEntry[] = [];
     const lte = upto === undefined ? undefined : logKey(upto);
     const range = lte === undefined ? { gt: logKey(after), lt: LOG + ':', limit } : { gt: logKey(after), lte, limit };
-    const versions: number[] = [];
-    const values: string[] = [];
-    for await (const [key, value] of this.db.iterator(range)) {
-      versions.push(Number(key.slice(1)));
-      values.push(value);
-    }
-    return this.resolveLogged(versions, values);
+    for await (const [, value] of this.db.iterator(range)) out.push(decodeEntry(value));
+    return out;
   }
 
   /**
