@@ -2,15 +2,18 @@
 // node bench/cpuprofile-top.mjs FILE.cpuprofile [N]: the N functions (default 30) with the most
 // self time in a V8 CPU profile (`node --cpu-prof`), with their share of all samples, and the
 // same grouped by source file. `--last S` counts only the samples of the profile's last S seconds
-// (e.g. a benchmark's query phase after its ingest).
+// (e.g. a benchmark's query phase after its ingest), `--first S` only those of its first S
+// seconds (e.g. a node's start, up to searchable).
 import { readFileSync } from 'node:fs';
 
 const args = process.argv.slice(2);
 const lastAt = args.indexOf('--last');
 const lastS = lastAt >= 0 ? Number(args.splice(lastAt, 2)[1]) : Infinity;
+const firstAt = args.indexOf('--first');
+const firstS = firstAt >= 0 ? Number(args.splice(firstAt, 2)[1]) : Infinity;
 const [file, nArg = '30'] = args;
-if (!file || !(lastS > 0)) {
-  process.stderr.write('usage: node bench/cpuprofile-top.mjs FILE.cpuprofile [N] [--last SECONDS]\n');
+if (!file || !(lastS > 0) || !(firstS > 0)) {
+  process.stderr.write('usage: node bench/cpuprofile-top.mjs FILE.cpuprofile [N] [--last SECONDS | --first SECONDS]\n');
   process.exit(2);
 }
 const n = Number(nArg);
@@ -18,9 +21,10 @@ const profile = JSON.parse(readFileSync(file, 'utf8'));
 const byId = new Map(profile.nodes.map((node) => [node.id, node]));
 const selfUs = new Map();
 const from = profile.endTime - lastS * 1e6;
+const until = profile.startTime + firstS * 1e6;
 for (let i = 0, at = profile.startTime; i < profile.samples.length; i++) {
   at += profile.timeDeltas[i] ?? 0;
-  if (at < from) continue;
+  if (at < from || at > until) continue;
   const id = profile.samples[i];
   selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
 }
