@@ -12,6 +12,9 @@
 // The baselines are synchronous libraries: they run on this process's one thread, one query
 // after another, so their queries/s is the sequential rate. The dev cluster is one process (one
 // event loop for its three nodes); its concurrent rate is measured with --clients HTTP clients.
+// The same queries also go to three `shardex node` processes on ZooKeeper holding the same
+// collection (--processes 0 skips it): what the distributed path costs when the nodes do not
+// share one thread, as in a real cluster.
 import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,7 +25,7 @@ import MiniSearch from 'minisearch';
 import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
 import { loadSegment, parseSchema, ShardIndex, writeSegment } from '../dist/index/index.js';
-import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, rssOf, startDevCluster, untilSettled, vocabularyByRank } from './lib.mjs';
+import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, rssOf, startDevCluster, startZkCluster, untilSettled, vocabularyByRank, waitSettled } from './lib.mjs';
 import { luceneRun } from './lucene.mjs';
 
 const COLLECTION = 'bench';
@@ -33,12 +36,12 @@ const LIMIT = 10;
 const LUCENE_DEFAULT_COUNT = 1000;
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000, lucene: 1, luceneWarmup: 200 };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000, lucene: 1, luceneWarmup: 200, processes: 1 };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '').replace(/-(\w)/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown flag ${rest[i]} (known: ${Object.keys(a).join(', ')})`);
     const n = Number(rest[i + 1]);
-    const mayBeZero = key === 'memoryDocs' || key === 'lucene';
+    const mayBeZero = key === 'memoryDocs' || key === 'lucene' || key === 'processes';
     if (!Number.isFinite(n) || n < 0 || (n === 0 && !mayBeZero)) throw new Error(`${rest[i]} must be a positive number${mayBeZero ? ' (or 0 to skip the phase)' : ''}`);
     a[key] = n;
   }
@@ -491,6 +494,28 @@ export async function run(rest) {
     await cluster.stop();
   }
 
+  // ---- the same over HTTP with three node processes on ZooKeeper: the nodes do not share a thread ----
+  let procHttp;
+  if (a.processes) {
+    log('starting ZooKeeper and 3 `shardex node` processes (the same collection, the same queries) ...');
+    const zc = await startZkCluster({ nodes: 3 });
+    try {
+      await post(`${zc.urls[0]}/api/collections`, JSON.stringify({ name: COLLECTION, numShards: 2, replicationFactor: replicas, fields: FIELDS }));
+      await waitSettled(zc.urls[0], COLLECTION);
+      log(`node processes: indexing ${fmt(a.docs)} docs over HTTP ...`);
+      await ingestHttp(zc, bodies, batchSizes, a.docs, a.concurrency);
+      await post(`${zc.urls[0]}/api/collections/${COLLECTION}/commit`, '{}');
+      log('node processes: waiting for the merges left by the ingest (until no segment is written for 5 s) ...');
+      await untilSettled(zc.urls, 5);
+      procHttp = await shardexSearch(zc, mix, a);
+    } finally {
+      log('stopping the node processes and ZooKeeper ...');
+      await zc.stop();
+    }
+    const differ = mix.filter((_, i) => procHttp.totals[i] !== http.totals[i]).map((q) => q.name);
+    if (differ.length > 0) throw new Error(`the node processes' match counts differ from the dev cluster's for: ${differ.join(', ')}`);
+  }
+
   // ---- in-process: one engine at a time, so that heap deltas are each engine's own ----
   log('in-process ShardIndex (1 index, all docs): indexing ...');
   const local = shardIndexEngine(docs, byId, gc);
@@ -570,12 +595,12 @@ export async function run(rest) {
   log('');
   log('Ratios are shardex / baseline: above 1 means shardex is slower for latencies, faster for rates, larger for bytes.');
   log('');
-  if (lucene) luceneTable(a, mix, { http, localSeq, localCounted, local, persisted, indexRate, lucene });
+  if (lucene) luceneTable(a, mix, { http, procHttp, localSeq, localCounted, local, persisted, indexRate, lucene });
   if (a.memoryDocs > 0) await memoryAtScale(a);
 }
 
 /** Every Shardex figure as a ratio to Lucene's, measured in the same run (issue 15's aims). */
-function luceneTable(a, mix, { http, localSeq, localCounted, local, persisted, indexRate, lucene }) {
+function luceneTable(a, mix, { http, procHttp, localSeq, localCounted, local, persisted, indexRate, lucene }) {
   const lx = lucene.exact;
   const ld = lucene.default;
   const c = LUCENE_DEFAULT_COUNT;
@@ -605,6 +630,20 @@ function luceneTable(a, mix, { http, localSeq, localCounted, local, persisted, i
   log(`| index bytes per doc as a replica holds them (one segment file + the heap it takes loaded, after every query ran once) | ${perDoc(onDisk, a.docs)} | | ${perDoc(lucBytes, a.docs)} | ${ratio(onDisk, lucBytes)} | |`);
   log(`| that segment: file / heap once loaded / heap after the queries / external (file sections read whole, not counted again) | ${perDoc(persisted.fileBytes, a.docs)} / ${perDoc(persisted.heapLoaded, a.docs)} / ${perDoc(persisted.heapSearched, a.docs)} / ${perDoc(persisted.external, a.docs)} | | | | |`);
   log(`| Lucene: all index files per doc (stored source included) / JVM heap of the open index per doc / segments | | | ${perDoc(lucene.indexBytes, a.docs)} / ${perDoc(lucene.heapBytes, a.docs)} / ${lucene.segments} | | |`);
+  if (procHttp) {
+    log('');
+    log(`Over HTTP, the dev cluster (3 nodes in one process, one thread) beside 3 \`shardex node\` processes on ZooKeeper (same collection, same queries, match counts equal), against Lucene's default (trackTotalHits ${c} for both):`);
+    log('');
+    log(`| figure | HTTP, dev cluster | HTTP, 3 node processes | Lucene default | dev cluster / Lucene | node processes / Lucene | node processes / dev cluster |`);
+    log('|---|---|---|---|---|---|---|');
+    const both = (figure, dv, pv, lv, show) => log(`| ${figure} | ${show(dv)} | ${show(pv)} | ${show(lv)} | ${ratio(dv, lv)} | ${ratio(pv, lv)} | ${ratio(pv, dv)} |`);
+    both('p50, whole mix', percentile(http.counted.all, 50), percentile(procHttp.counted.all, 50), percentile(ld.all, 50), ms);
+    both('p99, whole mix', percentile(http.counted.all, 99), percentile(procHttp.counted.all, 99), percentile(ld.all, 99), ms);
+    const round = (h, key) => percentile(h.seq.phases.map((p) => p[key]), 50);
+    log(`| p50 by round, exact: query / coordinator total / outside it (client p50 - coordinator p50) | ${[round(http, 'queryMs'), round(http, 'tookMs'), percentile(http.seq.all, 50) - round(http, 'tookMs')].map(ms).join(' / ')} | ${[round(procHttp, 'queryMs'), round(procHttp, 'tookMs'), percentile(procHttp.seq.all, 50) - round(procHttp, 'tookMs')].map(ms).join(' / ')} | | | | |`);
+    log(`| distributed overhead per query (HTTP p50 - ShardIndex p50): min / max, trackTotalHits ${c} | ${span(overheads(http.counted, localCounted))} | ${span(overheads(procHttp.counted, localCounted))} | | | | |`);
+    log(`| queries/s, ${a.clients} concurrent HTTP clients | ${fmt(http.concurrentQps)} | ${fmt(procHttp.concurrentQps)} | | | | ${ratio(procHttp.concurrentQps, http.concurrentQps)} |`);
+  }
   log('');
   log('Ratios are Shardex / Lucene: above 1 means Shardex is slower for latencies, faster for rates, larger for bytes.');
 }
