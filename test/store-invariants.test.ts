@@ -47,8 +47,8 @@ async function check(store: ReplicaStore): Promise<void> {
   let live = 0;
   for await (const e of store.entries()) if (e.doc !== null) live++;
   expect(store.docCount).toBe(live);
-  // Each version in the log reads back as the update it was, current or replaced since (a live
-  // document's current version is kept once, its log entry referring to it): what a peer syncs.
+  // Each version in the log reads back as the update it was, current or replaced since: what a
+  // peer syncs.
   const expected = versions.map(toOp).map(({ id, version, doc }) => ({ id, version, doc }));
   expect(await store.logEntries(versions)).toEqual(expected);
   expect(await store.updatesAfter(0, 1_000_000)).toEqual(expected);
