@@ -75,6 +75,27 @@ describe('SegmentedIndex', () => {
     }
   });
 
+  it('past trackTotalHits, counts in later segments only what the earlier ones left to count, with the same page', () => {
+    const seg = new SegmentedIndex(schema);
+    const one = new ShardIndex(schema);
+    for (let s = 0; s < 10; s++) {
+      for (let i = 0; i < 300; i++) {
+        const d = { title: `alpha ${WORDS[(s * 300 + i) % WORDS.length]} ${i % 7 === 0 ? 'alpha' : 'beta'}` };
+        seg.add(`s${s}-${i}`, d);
+        one.add(`s${s}-${i}`, d);
+      }
+      seg.seal(`seg${s}`);
+    }
+    const exact = one.search({ q: 'alpha OR gamma', limit: 10 });
+    expect(exact.total).toBe(3000);
+    const bounded = seg.search({ q: 'alpha OR gamma', limit: 10, trackTotalHits: 100 });
+    expect(bounded.hits).toEqual(exact.hits);
+    expect(bounded.totalRelation).toBe('gte');
+    expect(bounded.total).toBeGreaterThanOrEqual(100);
+    // Each of the 10 segments counting up to 100 on its own would count all 3,000.
+    expect(bounded.total).toBeLessThan(3000);
+  });
+
   it('keeps the ids of its parts disjoint: a replaced document is deleted from its older segment and listed there', () => {
     const seg = new SegmentedIndex(schema);
     seg.add('a', { title: 'alpha' });

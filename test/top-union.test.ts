@@ -155,6 +155,22 @@ describe('top of a union of terms and phrases', () => {
     );
   });
 
+  it('with a floor (k better hits known elsewhere), is the page of the matches scoring at least it', () => {
+    fc.assert(
+      fc.property(arbCase, fc.integer({ min: 1, max: 15 }), fc.constantFrom(Infinity, 0, 5), fc.constantFrom(8, 4096), fc.nat(), (c, k, countUpTo, window, pick) => {
+        const want = reference(c);
+        // A floor that is one of the matches' scores (so ties at it are tried), or none.
+        const floor = want.ranked.length === 0 ? 0 : want.ranked[pick % want.ranked.length]!.score;
+        const got = topOfUnion(c.terms, c.live, c.mask, c.maxDoc, k, countUpTo, (d) => c.ids[d], new Accumulator(c.maxDoc), window, floor);
+        const page = want.ranked.filter((h) => h.score >= floor).slice(0, k);
+        expect(Array.from(got.docs)).toEqual(page.map((h) => h.doc));
+        expect(Array.from(got.scores)).toEqual(page.map((h) => h.score));
+        if (got.exact) expect(got.total).toBe(want.total);
+      }),
+      { numRuns: 400 },
+    );
+  });
+
   it('leaves the scratch accumulator empty', () => {
     fc.assert(
       fc.property(arbCase, fc.integer({ min: 0, max: 5 }), (c, k) => {
@@ -220,6 +236,12 @@ describe('top of a union of terms and phrases', () => {
     // page, which holds only short-field documents once the second is in. Past them only the
     // blocks holding a short-field document (one in 500: at most 80 blocks of 64) are scored.
     expect(bounded.scored).toBeLessThan(2 * 4096 + 81 * BLOCK);
+    // With the page's bar known from the start (other segments searched first), no window is
+    // read whole: only the blocks holding a short-field document are scored.
+    const floor = want.ranked[9]!.score;
+    const floored = topOfUnion([term], live, null, maxDoc, 10, 0, (d) => ids[d]!, new Accumulator(maxDoc), undefined, floor);
+    expect(Array.from(floored.docs)).toEqual(want.ranked.slice(0, 10).map((h) => h.doc));
+    expect(floored.scored).toBeLessThanOrEqual(81 * BLOCK);
   });
 
   it('reads the positions of a common phrase only where the document can still make the page', () => {

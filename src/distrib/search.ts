@@ -56,6 +56,8 @@ export const FETCH_WITH_QUERY_MAX = 20;
 /** A shard's query round: its top hits, and their stored fields when the coordinator asked for them. */
 export interface ShardQueryResult extends ShardSearchResult {
   readonly docs?: StoredDoc[];
+  /** With `timing`: the shard's own time serving the round (search plus stored fields), in ms. */
+  readonly servedMs?: number;
 }
 
 /** A shard's answer to a query round whose remembered statistics of it are no longer its own. */
@@ -75,6 +77,11 @@ export interface SearchTiming {
   readonly fetchMs: number;
   /** Rounds of calls to the shards: dfs, query (once or twice) and fetch, each when run. */
   readonly rounds: number;
+  /**
+   * The last query round by shard: its time as the coordinator saw it (call to answer) and the
+   * shard's own time serving it; the difference is the transport (gRPC, encoding, queueing).
+   */
+  readonly shards: Record<string, { queryMs: number; servedMs?: number }>;
 }
 
 /** One shard's side of the three phases (local call or gRPC to the serving replica). */
@@ -141,11 +148,15 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
   }
   const tDfs = performance.now();
   const queryParams = offset + limit <= FETCH_WITH_QUERY_MAX ? { ...params, fetchInQuery: true } : params;
+  const shardTimes: Record<string, { queryMs: number; servedMs?: number }> = {};
   const queryRound = async (stats: IndexStats | undefined, expect: Map<string, IndexStats> | undefined) => {
     rounds++;
     const replies = await Promise.all(
       live().map(async (s) => {
+        const sent = performance.now();
         const result = await settle(s.shard, s.query(queryParams, stats, expect?.get(s.shard)));
+        const servedMs = result && 'servedMs' in result ? result.servedMs : undefined;
+        shardTimes[s.shard] = { queryMs: ms(performance.now() - sent), ...(servedMs !== undefined && { servedMs }) };
         return result && { shard: s.shard, result };
       }),
     );
@@ -196,7 +207,7 @@ export async function distributedSearch(schema: CollectionSchema, shards: readon
       ...(failed.size > 0 && { errors: Object.fromEntries([...failed].map(([s, e]) => [s, e.message])) }),
     },
     tookMs: ms(performance.now() - t0),
-    ...(params.timing && { timing: { dfsMs: ms(tDfs - t0), queryMs: ms(tQuery - tDfs), mergeMs: ms(tMerge - tQuery), fetchMs: ms(performance.now() - tMerge), rounds } }),
+    ...(params.timing && { timing: { dfsMs: ms(tDfs - t0), queryMs: ms(tQuery - tDfs), mergeMs: ms(tMerge - tQuery), fetchMs: ms(performance.now() - tMerge), rounds, shards: shardTimes } }),
   };
 }
 
@@ -237,14 +248,15 @@ export async function servePhase(req: ShardPhaseRequest, index: ReplicaSearcher,
     case 'stats':
       return index.collectStats(shardRequest(req.params));
     case 'query': {
+      const t0 = performance.now();
       const request = shardRequest(req.params);
       if (req.expect !== undefined) {
         const own = index.collectStats(request);
         if (!sameStats(own, req.expect)) return { statsChanged: own } satisfies StatsChanged;
       }
-      const result: ShardQueryResult = index.search(request, req.stats);
-      if (!req.params.fetchInQuery) return result;
-      return { ...result, docs: await storedFields(store, result.hits.map((h) => h.id), req.params.fields) };
+      const hits = index.search(request, req.stats);
+      const docs = req.params.fetchInQuery ? await storedFields(store, hits.hits.map((h) => h.id), req.params.fields) : undefined;
+      return { ...hits, ...(docs && { docs }), ...(req.params.timing && { servedMs: ms(performance.now() - t0) }) } satisfies ShardQueryResult;
     }
     case 'fetch':
       return storedFields(store, req.ids, req.fields);

@@ -122,9 +122,9 @@ export class QueryExecutor {
   /**
    * The best `k` matches of `q` by score (ties by id) and their total, counted exactly up to
    * `countUpTo`, when `q` is a union of terms and phrases: only what can make the page is scored
-   * (top-union.ts). Null for any other query, which matches() serves.
+   * (top-union.ts), and nothing scoring below `floor`. Null for any other query, which matches() serves.
    */
-  topByScore(q: Query, filters: readonly Query[], k: number, countUpTo: number, idOf: (doc: number) => string): TopUnion | null {
+  topByScore(q: Query, filters: readonly Query[], k: number, countUpTo: number, idOf: (doc: number) => string, floor = -Infinity): TopUnion | null {
     const union = unionOfTermsAndPhrases(q);
     // Counted exactly, phrases read every match's positions anyway: matches() does that faster.
     if (union === null || (countUpTo === Infinity && union.every((c) => c.kind === 'phrase'))) return null;
@@ -155,7 +155,7 @@ export class QueryExecutor {
     }
     const acc = this.ix.accumulators.acquire(this.ix.maxDoc);
     try {
-      return topOfUnion(clauses, this.ix.live, mask, this.ix.maxDoc, k, countUpTo, idOf, acc);
+      return topOfUnion(clauses, this.ix.live, mask, this.ix.maxDoc, k, countUpTo, idOf, acc, undefined, floor);
     } finally {
       this.ix.accumulators.release(acc);
     }

@@ -16,9 +16,9 @@
 import { ShardexError } from '../errors.js';
 import type { StoredDoc } from './document.js';
 import { SegmentProblem } from './segment-problem.js';
-import { checkPage, ShardIndex, type SearchHit, type SearchRequest, type ShardIndexOptions, type ShardSearchResult } from './shard-index.js';
+import { checkPage, countUpTo, ShardIndex, type SearchHit, type SearchRequest, type ShardIndexOptions, type ShardSearchResult } from './shard-index.js';
 import type { CollectionSchema } from './schema.js';
-import { mergeHitLists, parseSort } from './sort.js';
+import { mergeHitLists } from './sort.js';
 import { mergeStats, type IndexStats } from './stats.js';
 
 /** What a searcher of one replica needs (a ShardIndex or a SegmentedIndex). */
@@ -162,23 +162,30 @@ export class SegmentedIndex implements ReplicaSearcher {
   private searchParts(req: SearchRequest, globalStats: IndexStats | undefined): ShardSearchResult {
     const parts = this.parts();
     if (parts.length === 1) return parts[0]!.search(req, globalStats);
-    // A bad request fails as one index's search would, before any statistics are read.
-    this.buffer.validate(req);
+    // Parsed once for every part; a bad request fails as one index's search would, before any statistics are read.
+    const parsed = this.buffer.parsed(req);
     const { offset, limit } = checkPage(req);
-    const sort = req.sort === undefined || typeof req.sort === 'string' ? parseSort(req.sort, this.schema) : req.sort;
+    const { sort } = parsed;
     const stats = globalStats ?? this.collectStats(req);
     // As ShardIndex.search, the top offset+limit (the caller cuts the page): each part's, merged.
-    const perPart: SearchRequest = { ...req, sort, offset: 0, limit: offset + limit };
+    const k = offset + limit;
+    const perPart: SearchRequest = { ...parsed, offset: 0, limit: k };
+    const byScore = sort.length === 1 && sort[0]!.type === 'score' && sort[0]!.order === 'desc';
+    const track = countUpTo(req.trackTotalHits);
     let total = 0;
     let exact = true;
-    const lists: SearchHit[][] = [];
-    for (const p of parts) {
-      const r = p.search(perPart, stats);
+    let page: SearchHit[] = [];
+    // The largest parts first: their hits set the bar (the k-th best score so far) that the
+    // smaller ones' hits must reach, and once the total is counted as far as asked, the later
+    // parts only look for hits that can still make the page (Lucene's collector across leaves).
+    for (const p of [...parts].sort((a, b) => b.size - a.size)) {
+      const floor = byScore && k > 0 && page.length === k ? page[k - 1]!.score : -Infinity;
+      const r = p.search(track === Infinity ? perPart : { ...perPart, trackTotalHits: Math.max(0, track - total) }, stats, floor);
       total += r.total;
       exact &&= r.totalRelation === undefined;
-      lists.push(r.hits);
+      page = mergeHitLists([page, r.hits], sort, 0, k).hits;
     }
-    return { total, hits: mergeHitLists(lists, sort, 0, offset + limit).hits, ...(!exact && { totalRelation: 'gte' as const }) };
+    return { total, hits: page, ...(!exact && { totalRelation: 'gte' as const }) };
   }
 
   collectStats(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'> = {}): IndexStats {

@@ -636,8 +636,12 @@ export class ShardIndex implements IndexView, ForwardSink {
 
   // ---- read path ----
 
-  /** Phase 1: the total and the top offset+limit hits with their sort values. */
-  search(req: SearchRequest = {}, globalStats?: IndexStats): ShardSearchResult {
+  /**
+   * Phase 1: the total and the top offset+limit hits with their sort values. `floor` (a page
+   * sorted by score only): a score that k = offset+limit documents searched elsewhere already
+   * reach; hits scoring below it may be left out, as they cannot make the page.
+   */
+  search(req: SearchRequest = {}, globalStats?: IndexStats, floor = -Infinity): ShardSearchResult {
     const { offset, limit, q, filters, sort } = this.parseRequest(req);
     const stats = globalStats === undefined ? null : new StatsLookup(globalStats);
     this.checkSortFields(sort, stats);
@@ -645,7 +649,7 @@ export class ShardIndex implements IndexView, ForwardSink {
     const executor = new QueryExecutor(this, stats, req.boosts);
     const track = countUpTo(req.trackTotalHits);
     if (sort.length === 1 && sort[0].type === 'score' && sort[0].order === 'desc') {
-      const top = executor.topByScore(q, filters, offset + limit, track, (d) => this.idAt(d) as string);
+      const top = executor.topByScore(q, filters, offset + limit, track, (d) => this.idAt(d) as string, floor);
       if (top !== null) {
         const hits: SearchHit[] = new Array(top.docs.length);
         for (let i = 0; i < hits.length; i++) hits[i] = { id: this.idAt(top.docs[i]) as string, score: top.scores[i], sortValues: [top.scores[i]] };
@@ -717,9 +721,13 @@ export class ShardIndex implements IndexView, ForwardSink {
     return { docs, scores: null, size: n, lowerBound: true };
   }
 
-  /** Throws what search(req) throws for a bad request, in the same order; reads no document. */
-  validate(req: SearchRequest): void {
-    this.parseRequest(req);
+  /**
+   * The request with its query, filters and sort parsed, or what search(req) throws for a bad
+   * one, in the same order; reads no document. Parts of a segmented index search it parsed once.
+   */
+  parsed(req: SearchRequest): SearchRequest & { q: Query; filters: Query[]; sort: SortSpec } {
+    const { q, filters, sort } = this.parseRequest(req);
+    return { ...req, q, filters, sort };
   }
 
   private parseRequest(req: SearchRequest): { offset: number; limit: number; q: Query; filters: Query[]; sort: SortSpec } {

@@ -122,7 +122,10 @@ export interface TopUnion {
  * The best `k` documents of the union of `clauses` (terms and phrases, listed in the order their
  * scores are summed) among the live ones (and those set in `mask`), and how many match, counted
  * exactly up to `countUpTo` (Infinity: exactly). `acc` is scratch of at least `maxDoc` documents,
- * left empty. `window`: documents per window (tests make it small).
+ * left empty. `window`: documents per window (tests make it small). `floor`: a score the page
+ * already has k documents at or above (other segments' hits, searched before: Lucene's minimum
+ * competitive score carried from leaf to leaf): a document scoring below it is neither scored in
+ * full nor returned; one scoring exactly it may still enter by its id.
  */
 export function topOfUnion(
   clauses: readonly UnionClause[],
@@ -134,9 +137,10 @@ export function topOfUnion(
   idOf: (doc: number) => string,
   acc: Accumulator,
   window = WINDOW,
+  floor = -Infinity,
 ): TopUnion {
   const n = clauses.length;
-  const top = new TopK(k, idOf);
+  const top = new TopK(k, idOf, floor);
   const room = Math.min(window, maxDoc);
   // Per term: each block's best score and its read position (ints); per phrase, its reader.
   const blockMax = clauses.map((c) => (c.kind === 'phrase' ? null : blockScores(c)));
@@ -640,15 +644,17 @@ class TopK {
   constructor(
     private readonly k: number,
     private readonly idOf: (doc: number) => string,
+    /** No document scoring below it enters (k better ones are known elsewhere). */
+    private readonly floor = -Infinity,
   ) {
     this.docs = new Int32Array(k);
     this.scores = new Float64Array(k);
   }
 
-  /** The score a document must reach to enter (-Infinity until k are held; Infinity when k is 0). */
+  /** The score a document must reach to enter (the floor until k are held; Infinity when k is 0). */
   threshold(): number {
     if (this.k === 0) return Infinity;
-    return this.size < this.k ? -Infinity : this.scores[0];
+    return this.size < this.k ? this.floor : Math.max(this.floor, this.scores[0]);
   }
 
   /** Whether (a, sa) ranks after (b, sb): lower score, or the same score and a greater id. */
@@ -659,7 +665,7 @@ class TopK {
 
   offer(doc: number, score: number): void {
     const { docs, scores, k } = this;
-    if (k === 0) return;
+    if (k === 0 || score < this.floor) return;
     if (this.size < k) {
       let c = this.size++;
       while (c > 0) {
