@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MergeGate, mergeHold, type MergeGateView } from '../src/node/merge-gate.js';
+import { checkpointWork, MergeGate, mergeHold, type MergeGateView } from '../src/node/merge-gate.js';
 
 function view(o: { opening?: number; mine?: Array<{ shard: string; recovering?: boolean }>; states?: Record<string, Array<[string, string]>>; live?: string[] }): MergeGateView {
   return {
@@ -40,5 +40,14 @@ describe('MergeGate', () => {
     expect(gate.allows(true, 61_000)).toBe(true);
     expect(gate.allows(false, 62_000)).toBe(true);
     expect(gate.allows(true, 63_000)).toBe(false);
+  });
+});
+
+describe('checkpointWork', () => {
+  it('while replicas come up, checkpoints by count only and merges nothing; a recovering replica checkpoints by count only', () => {
+    expect(checkpointWork(false, true)).toEqual({ byAge: true, merge: true });
+    expect(checkpointWork(false, false)).toEqual({ byAge: false, merge: false });
+    expect(checkpointWork(true, true)).toEqual({ byAge: false, merge: true });
+    expect(checkpointWork(true, false)).toEqual({ byAge: false, merge: false });
   });
 });

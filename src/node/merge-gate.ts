@@ -4,7 +4,9 @@
 // merges wait while a replica of this node is opening or recovering, or while a replica of a
 // shard this node holds is on a live node and not active yet. A replica on a node that is gone
 // does not hold merges back, and none waits longer than `maxHoldMs` in a row (a replica that
-// keeps failing to recover). Pure: the caller passes what it sees and the time.
+// keeps failing to recover). Checkpoints written because the last one is old (0.5 s) wait in the
+// same moments: on the node holding most replicas, a checkpoint written right after a replay
+// took CPU from the replicas still opening. Pure: the caller passes what it sees and the time.
 
 /** What the gate looks at, as the node sees it now. */
 export interface MergeGateView {
@@ -26,6 +28,16 @@ export function mergeHold(view: MergeGateView): string | undefined {
     if (coming) return `the replica of ${r.collection}/${r.shard} on ${coming.node} is ${coming.state}`;
   }
   return undefined;
+}
+
+/**
+ * What a replica's periodic checkpoint check may do: while the gate holds background work
+ * (`allowed` false) it neither merges nor checkpoints because of age; the count of changes
+ * (maxChanges) still makes a checkpoint due, which bounds the journal a crash leaves. A
+ * recovering replica's CPU goes to catching up: it checkpoints by count only.
+ */
+export function checkpointWork(recovering: boolean, allowed: boolean): { byAge: boolean; merge: boolean } {
+  return { byAge: allowed && !recovering, merge: allowed };
 }
 
 export class MergeGate {

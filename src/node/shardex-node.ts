@@ -36,7 +36,7 @@ import { buildHttp, type HttpOptions } from './http/app.js';
 import { readAccessOf } from './http/auth.js';
 import type { LeaderRebalance } from '../client/types.js';
 import { nodeMetrics, type NodeMetrics } from './metrics.js';
-import { MergeGate, mergeHold } from './merge-gate.js';
+import { checkpointWork, MergeGate, mergeHold } from './merge-gate.js';
 import { LeaderBalance, fitInState, handoversOf, type LeadCheck } from './leader-balance.js';
 
 export interface ShardexNodeOptions {
@@ -365,18 +365,19 @@ export class ShardexNode {
   private readonly resigning = new Set<ShardReplica>();
 
   /**
-   * Writes the index checkpoint of each replica whose policy says so. Replicas checkpoint side by
+   * Writes the index checkpoint of each replica whose policy says so (while replicas come up, by
+   * count of changes only: merge-gate.ts). Replicas checkpoint side by
    * side (a checkpoint mostly waits for fsync), each at most once at a time: one replica's slow
    * checkpoint does not delay another's, whose journal to replay after a crash would grow.
    */
   private checkpointReplicas(): void {
-    const merge = this.mayMerge();
+    const allowed = this.mayMerge();
     for (const r of this.replicas.values()) {
       if (this.stopped) return;
       if (!(r.index instanceof PersistedIndex) || this.checkpointing.has(r)) continue;
       this.checkpointing.add(r);
       void r.index
-        .maybeCheckpoint(Date.now(), { byAge: !r.recovering, merge })
+        .maybeCheckpoint(Date.now(), checkpointWork(r.recovering, allowed))
         .catch((err: Error) => this.log.warn({ replica: r.key, err: err.message }, 'could not write the index segment; the next check tries again'))
         .finally(() => this.checkpointing.delete(r));
     }
