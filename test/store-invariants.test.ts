@@ -55,6 +55,20 @@ async function check(store: ReplicaStore): Promise<void> {
 }
 
 describe('replica store invariants under concurrent work', () => {
+  it('counts a version applied again, whose log entry a peer sync recorded before a reconcile moved its id below it, once', async () => {
+    // Found by the property below (seed 258948847): the log held 3 keys and counted 4.
+    const store = await ReplicaStore.open(join(tmp.dir, 'rewritten'), { logRetention: 40, idCacheSize: 3 });
+    tmp.stores.push(store);
+    const entry = (v: number) => ({ ...toOp(v) });
+    await store.apply([toOp(25234), toOp(11)]);
+    // 7909 (of the same id as 25234) is recorded as superseded, then the id is reconciled down to 4609.
+    expect(await store.recordSuperseded([entry(7909)])).toBe(1);
+    await store.reconcile([{ id: toOp(4609).id, leader: toOp(4609) }], () => false);
+    expect(await store.apply([toOp(7909)])).toHaveLength(1);
+    await check(store);
+    expect(await store.logVersionsAfter(0, 100)).toEqual([11, 4609, 7909]);
+  });
+
   it('keeps log sums, log size and live count true to its keys, and the newest version of each id', { timeout: 120_000 }, async () => {
     let run = 0;
     await fc.assert(

@@ -301,6 +301,8 @@ export class ReplicaStore {
   /** The log's versions summed per bucket (digests for peer sync). */
   private readonly sums = new LogSums();
   private maxVersionSeen = 0;
+  /** At least the newest version the update log holds a key of (never lowered but by a wipe): see newToLog. */
+  private logTop = 0;
   private writeChain: Promise<unknown> = Promise.resolve();
   private commitPoint: CommitPoint | undefined;
   /** The newest version on disk (maxVersionSeen runs ahead while a batch is being written). */
@@ -400,6 +402,7 @@ export class ReplicaStore {
     if (t !== undefined) this.trimmed = Number(t);
     // Trimming drops the oldest log entries only: the newest version is in the log, or was trimmed.
     if (this.trimmed > this.maxVersionSeen) this.maxVersionSeen = this.trimmed;
+    this.logTop = this.maxVersionSeen;
     const c = await this.db.get(COMMIT);
     if (c !== undefined) this.commitPoint = JSON.parse(c) as CommitPoint;
     const f = await this.db.get(FENCE);
@@ -721,8 +724,9 @@ export class ReplicaStore {
     if (this.pending === group) this.pending = undefined;
     const ops = group.ops.length > 0 ? group.ops : [{ type: 'put' as const, key: SYNC_MARK, value: String(Date.now()) }];
     let seq = this.appliedSeq;
-    if (group.versions.length > 0) ops.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount + group.versions.length) });
-    const sums = this.sums.preview(group.logAdded.length > 0 ? [...group.versions, ...group.logAdded] : group.versions, group.logRemoved);
+    const added = await this.newToLog(group.versions);
+    if (added.length > 0) ops.push({ type: 'put', key: LOG_COUNT, value: String(this.logCount + added.length) });
+    const sums = this.sums.preview(group.logAdded.length > 0 ? [...added, ...group.logAdded] : added, group.logRemoved);
     ops.push(...sumOps(sums));
     if (this.journal && group.changed.length > 0) {
       seq = ++this.seq;
@@ -744,11 +748,29 @@ export class ReplicaStore {
     let max = 0;
     for (const v of group.versions) if (v > max) max = v;
     if (max > this.durableMax) this.durableMax = max;
-    this.logCount += group.versions.length;
+    for (const v of group.logAdded) if (v > max) max = v;
+    if (max > this.logTop) this.logTop = max;
+    this.logCount += added.length;
     this.onWrite?.({ versions: group.versions, sync: group.sync, applies: group.applies });
     // The log is trimmed on the write chain, so that concurrent applies never trim the same
     // entries twice. A failed trim fails no write; the next write tries again.
     if (this.logCount > this.retention * 1.1) await this.trim().catch(() => undefined);
+  }
+
+  /**
+   * Those of the applied `versions` whose log key is new. A version the log holds already,
+   * though not as its id's current version (a superseded entry a peer sync recorded, or an older
+   * entry of ours, whose id a reconcile then moved below it), applied again rewrites its entry,
+   * which the log's count and sums must not take as new. Only a version at most the log's top can
+   * be one: in-order writes read nothing. Runs on the write chain, where no other write (a trim
+   * included) changes the log meanwhile.
+   */
+  private async newToLog(versions: readonly number[]): Promise<readonly number[]> {
+    const maybe = versions.filter((v) => v <= this.logTop);
+    if (maybe.length === 0) return versions;
+    const values = await this.db.getMany(maybe.map(logKey));
+    const there = new Set(maybe.filter((_, i) => values[i] !== undefined));
+    return there.size === 0 ? versions : versions.filter((v) => !there.has(v));
   }
 
   /**
@@ -1197,6 +1219,7 @@ export class ReplicaStore {
     this.sums.clear();
     this.isIncomplete = true;
     this.maxVersionSeen = 0;
+    this.logTop = 0;
     this.durableMax = 0;
     this.commitPoint = undefined;
     this.trimmed = 0;
