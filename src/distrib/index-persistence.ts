@@ -343,7 +343,8 @@ export class PersistedIndex extends SearchIndexBinding {
    * segments not written yet.
    */
   private capture(seq: number): Captured {
-    this.index.seal(this.newName());
+    // Not trimmed: write() serves the segment from its file, so a trimmed copy would be dropped at once.
+    this.index.seal(this.newName(), { trim: false });
     this.index.dropEmpty();
     this.dirty = false;
     return {
@@ -502,6 +503,7 @@ export class PersistedIndex extends SearchIndexBinding {
     try {
       segment.index = await this.reload(join(this.o.dir, segment.name), segment.deleted);
     } catch (err) {
+      segment.index.trim();
       this.o.log.warn({ dir: this.o.dir, segment: segment.name, err: (err as Error).message }, 'a segment file just written cannot be read back; the segment stays in memory');
     }
   }

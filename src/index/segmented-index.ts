@@ -107,15 +107,17 @@ export class SegmentedIndex implements ReplicaSearcher {
   /**
    * Seals the buffer as a new segment named `name` and starts an empty one; returns the new
    * segment (undefined when the buffer holds no document: its deletes are in the other
-   * segments' lists already).
+   * segments' lists already). The segment is trimmed to exact-size arrays unless `trim` is
+   * false: a caller that writes it to a file and serves it from there at once would only throw
+   * the trimmed copy away.
    */
-  seal(name: string): Segment | undefined {
+  seal(name: string, { trim = true }: { readonly trim?: boolean } = {}): Segment | undefined {
     this.changes = 0;
     if (this.buffer.size === 0) {
       this.buffer = new ShardIndex(this.schema, this.options);
       return undefined;
     }
-    this.buffer.trim();
+    if (trim) this.buffer.trim();
     const segment: Segment = { name, index: this.buffer, deleted: new Set() };
     this.sealed.push(segment);
     this.buffer = new ShardIndex(this.schema, this.options);
