@@ -768,9 +768,15 @@ export class ReplicaStore {
   private async newToLog(versions: readonly number[]): Promise<readonly number[]> {
     const maybe = versions.filter((v) => v <= this.logTop);
     if (maybe.length === 0) return versions;
-    const values = await this.db.getMany(maybe.map(logKey));
-    const there = new Set(maybe.filter((_, i) => values[i] !== undefined));
+    const there = await this.inLog(maybe);
     return there.size === 0 ? versions : versions.filter((v) => !there.has(v));
+  }
+
+  /** Those of `versions` the update log holds a key of. */
+  private async inLog(versions: readonly number[]): Promise<Set<number>> {
+    if (versions.length === 0) return new Set();
+    const values = await this.db.getMany(versions.map(logKey));
+    return new Set(versions.filter((_, i) => values[i] !== undefined));
   }
 
   /**
@@ -802,6 +808,8 @@ export class ReplicaStore {
     // What to put back in memory if the write fails: nothing of it is on disk then.
     const undo: Array<{ id: string; prev: Known }> = [];
     const liveBefore = this.liveDocs;
+    // The leaders' versions our log holds already (an older version of ours the leader kept): rewritten, not counted again.
+    const logged = await this.inLog(items.flatMap((i) => (i.leader === undefined ? [] : [i.leader.version])));
     for (const { id, leader } of items) {
       const cur = this.known.get(id) ?? NONE;
       if (cur.version !== 0 && sinceSync(cur.version)) continue;
@@ -818,8 +826,7 @@ export class ReplicaStore {
         if (cur.live) this.liveDocs--;
       } else {
         const text = encodeEntry(leader);
-        // The leader's version may be in our log already (an older version of ours it kept).
-        if ((await this.db.get(logKey(leader.version))) === undefined) logAdded.push(leader.version);
+        if (!logged.has(leader.version)) logAdded.push(leader.version);
         batch.push({ type: 'put', key: logKey(leader.version), value: text }, { type: 'put', key: docKey(id), value: text });
         this.setKnown(id, { version: leader.version, live: leader.doc !== null });
         if (leader.doc !== null && !cur.live) this.liveDocs++;
@@ -882,8 +889,8 @@ export class ReplicaStore {
       await this.flush();
       const fresh = entries.filter((e) => e.version > this.trimmed);
       if (fresh.length === 0) return 0;
-      const absent = await this.db.getMany(fresh.map((e) => logKey(e.version)));
-      const candidates = fresh.filter((_, i) => absent[i] === undefined);
+      const logged = await this.inLog(fresh.map((e) => e.version));
+      const candidates = fresh.filter((e) => !logged.has(e.version));
       if (candidates.length === 0) return 0;
       const release = await this.remember(candidates.map((e) => e.id));
       try {
