@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { ShardexNode } from '../../src/node/shardex-node.js';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
 import { parsePrometheusText, samplesNamed } from '../support/prometheus-text.js';
+import { failVersions } from '../support/peer-faults.js';
 import { pollUntil } from '../support/poll.js';
 
 const C = 'rec';
@@ -15,23 +16,6 @@ afterEach(async () => {
   await tc?.stop();
   tc = undefined;
 });
-
-interface PeerCalls {
-  call(node: string, method: string, body: unknown, timeoutMs?: number): Promise<unknown>;
-}
-
-/** Fails the follower's `versions` calls (recovery's first step) while `failing()` holds; counts them. */
-function failVersions(node: ShardexNode, failing: () => boolean): { tries: () => number } {
-  const peers = (node as unknown as { peers: PeerCalls }).peers;
-  const real = peers.call.bind(peers);
-  let tries = 0;
-  peers.call = (target, method, body, timeoutMs) => {
-    if (method !== 'versions' || !failing()) return real(target, method, body, timeoutMs);
-    tries++;
-    return Promise.reject(Object.assign(new Error(`connect ECONNREFUSED (test: ${target} refused)`), { code: 'ECONNREFUSED' }));
-  };
-  return { tries: () => tries };
-}
 
 async function twoNodes(): Promise<{ follower: ShardexNode }> {
   tc = await startCluster({ nodes: 2, collection: { name: C, numShards: 1, replicationFactor: 2, router: 'compositeId' } });
