@@ -578,8 +578,14 @@ export class InvertedField implements TokenSink {
         if (this.withPositions) this.positionLists.copyTo(t, this.positionsLength[t], positions, positionStarts[t]);
         continue;
       }
-      postings.set((this.postings[t] ?? this.restored!.postings(t)).subarray(0, this.postingsLength[t]), postingStarts[t]);
-      if (this.withPositions) positions.set((this.positions[t] ?? this.restored!.positions(t)).subarray(0, this.positionsLength[t]), positionStarts[t]);
+      // A term not read since the restore is decoded straight into the copy, not into an array of its own first.
+      const p = this.postings[t];
+      if (p !== undefined) postings.set(p.subarray(0, this.postingsLength[t]), postingStarts[t]);
+      else this.restored!.postings(t, postings, postingStarts[t]);
+      if (!this.withPositions) continue;
+      const pp = this.positions[t];
+      if (pp !== undefined) positions.set(pp.subarray(0, this.positionsLength[t]), positionStarts[t]);
+      else this.restored!.positions(t, positions, positionStarts[t]);
     }
     const docFreq = this.docFreq.slice(0, n);
     const deadCount = this.deadCount.slice(0, n);
@@ -758,8 +764,9 @@ export type PackedInvertedState = Omit<InvertedState, keyof FlatPostings | 'term
 
 /** Where a restored field's terms come from until they are first read. */
 interface RestoredPostings {
-  postings(t: number): Int32Array;
-  positions(t: number): Int32Array;
+  /** Term t's postings: a new array, or written into `out` from `from` on (and `out` returned). */
+  postings(t: number, out?: Int32Array, from?: number): Int32Array;
+  positions(t: number, out?: Int32Array, from?: number): Int32Array;
   /** About to read most terms (an export, a renumbering): bytes still in their file are read at once. */
   readAll(): void;
 }
@@ -767,8 +774,8 @@ interface RestoredPostings {
 /** Views of one array each (a state merged in memory): a term costs a subarray. */
 function flatSource(f: FlatPostings): RestoredPostings {
   return {
-    postings: (t) => f.postings.subarray(f.postingStarts[t], f.postingStarts[t + 1]),
-    positions: (t) => f.positions.subarray(f.positionStarts[t], f.positionStarts[t + 1]),
+    postings: (t, out, from = 0) => copied(f.postings.subarray(f.postingStarts[t], f.postingStarts[t + 1]), out, from),
+    positions: (t, out, from = 0) => copied(f.positions.subarray(f.positionStarts[t], f.positionStarts[t + 1]), out, from),
     readAll: () => undefined,
   };
 }
@@ -776,12 +783,19 @@ function flatSource(f: FlatPostings): RestoredPostings {
 /** Packed bytes (a segment file): a term is decoded when first read. */
 function packedSource(p: PackedPostings): RestoredPostings {
   return {
-    postings: (t) => unpackPostings(p, t),
-    positions: (t) => unpackPositions(p, t),
+    postings: (t, out, from) => unpackPostings(p, t, out, from),
+    positions: (t, out, from) => unpackPositions(p, t, out, from),
     readAll: () => {
       if (!(p.packed instanceof Uint8Array)) p.packed.load();
     },
   };
+}
+
+/** `view` itself, or copied into `out` from `from` on (and `out` returned). */
+function copied(view: Int32Array, out: Int32Array | undefined, from: number): Int32Array {
+  if (out === undefined) return view;
+  out.set(view, from);
+  return out;
 }
 
 /** `a` as exactly `n` entries: cut, or extended with `fill`. */

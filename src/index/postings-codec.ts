@@ -102,13 +102,15 @@ export function packPostings(flat: FlatPostings, withPositions: boolean): Packed
 }
 
 
-/** Term `t`'s postings ([doc, tf, ...]) decoded from `p`. */
-export function unpackPostings(p: PackedPostings, t: number): Int32Array {
-  const out = new Int32Array(p.postingStarts[t + 1] - p.postingStarts[t]);
+/**
+ * Term `t`'s postings ([doc, tf, ...]) decoded from `p`: into a new array, or into `out` from
+ * `from` on (an export writing every term into one array).
+ */
+export function unpackPostings(p: PackedPostings, t: number, out: Int32Array = new Int32Array(p.postingStarts[t + 1] - p.postingStarts[t]), from = 0): Int32Array {
   const { bytes, base } = termBytes(p, t);
   let at = p.packedStarts[2 * t] - base;
   let doc = 0;
-  for (let k = 0; k < out.length; k += 2) {
+  for (let k = from, end = from + p.postingStarts[t + 1] - p.postingStarts[t]; k < end; k += 2) {
     const v = readVarint(bytes, at);
     at = varintEnd;
     doc += v >>> 1;
@@ -122,14 +124,17 @@ export function unpackPostings(p: PackedPostings, t: number): Int32Array {
   return out;
 }
 
-/** Term `t`'s positions decoded from `p` (each posting's tf read again from its packed postings, never from arrays a writer may have changed). */
-export function unpackPositions(p: PackedPostings, t: number): Int32Array {
-  const out = new Int32Array(p.positionStarts[t + 1] - p.positionStarts[t]);
+/**
+ * Term `t`'s positions decoded from `p` (each posting's tf read again from its packed postings,
+ * never from arrays a writer may have changed): into a new array, or into `out` from `from` on.
+ */
+export function unpackPositions(p: PackedPostings, t: number, out: Int32Array = new Int32Array(p.positionStarts[t + 1] - p.positionStarts[t]), from = 0): Int32Array {
   const { bytes, base } = termBytes(p, t);
   let at = p.packedStarts[2 * t] - base;
   let pos = p.packedStarts[2 * t + 1] - base;
-  let k = 0;
-  while (k < out.length) {
+  let k = from;
+  const end = from + p.positionStarts[t + 1] - p.positionStarts[t];
+  while (k < end) {
     const v = readVarint(bytes, at);
     at = varintEnd;
     let tf = 1;
