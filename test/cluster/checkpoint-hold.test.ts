@@ -39,8 +39,12 @@ describe('checkpoints while a replica of the node recovers', () => {
     // Due by age after 20 ms, never by count: every checkpoint the test sees is one by age.
     tc = await startCluster({ nodes: 2, collection: { name: C, numShards: 2, replicationFactor: 2, router: 'compositeId' }, nodeOptions: { checkpointPolicy: { maxAgeMs: 20, maxChanges: 1_000_000 } } });
     await tc.cluster.waitAllActive(30_000);
+    // Leaders balanced first (one shard each): a handover later would end the held recovery.
+    const nodes = tc.cluster.nodes;
+    const leads = (n: ShardexNode): number => ['shard1', 'shard2'].filter((s) => n.replica(C, s)?.role === 'leader').length;
+    await pollUntil('each node to lead one shard', () => (nodes.every((n) => leads(n) === 1) ? true : undefined), { ms: 30_000, everyMs: 20 });
     // A node following one shard: that replica recovers; the node's other replica does not.
-    const node = tc.cluster.nodes.find((n) => ['shard1', 'shard2'].some((s) => n.replica(C, s)?.role === 'follower'))!;
+    const node = nodes.find((n) => ['shard1', 'shard2'].some((s) => n.replica(C, s)?.role === 'follower'))!;
     const following = ['shard1', 'shard2'].find((s) => node.replica(C, s)?.role === 'follower')!;
     const recovering = node.replica(C, following)!;
     const other = node.replica(C, following === 'shard1' ? 'shard2' : 'shard1')!;
