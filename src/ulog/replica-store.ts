@@ -766,13 +766,11 @@ export class ReplicaStore {
    * included) changes the log meanwhile.
    */
   private async newToLog(versions: readonly number[]): Promise<readonly number[]> {
-    const maybe = versions.filter((v) => v <= this.logTop);
-    if (maybe.length === 0) return versions;
-    const there = await this.inLog(maybe);
+    const there = await this.inLog(versions.filter((v) => v <= this.logTop));
     return there.size === 0 ? versions : versions.filter((v) => !there.has(v));
   }
 
-  /** Those of `versions` the update log holds a key of. */
+  /** Those of `versions` the update log holds a key of (none asked: nothing read). */
   private async inLog(versions: readonly number[]): Promise<Set<number>> {
     if (versions.length === 0) return new Set();
     const values = await this.db.getMany(versions.map(logKey));
