@@ -1,10 +1,9 @@
 // A node holds back index checkpoints that are due only to their age while a replica of it is
 // recovering (src/node/merge-gate.ts: checkpointWork), as the README says: while merges give way
 // to replicas coming up, a checkpoint waits for the 10,000 changes. Checked at the node, not only
-// where it is decided:
-// a replica that is not recovering itself, on a node whose other replica is, writes no checkpoint
-// by age until that recovery ends, then writes one. The recovery is held by failing its calls to
-// the leader (connection refused), as test/cluster/recovery-retry.test.ts does.
+// where it is decided: a replica that is not recovering itself, on a node whose other replica is,
+// writes no checkpoint by age until that recovery ends, then writes one. The recovery is held by
+// failing its calls to the leader (connection refused), as test/cluster/recovery-retry.test.ts does.
 import { afterEach, describe, expect, it } from 'vitest';
 import type { PersistedIndex } from '../../src/distrib/index-persistence.js';
 import type { ShardReplica } from '../../src/distrib/replica.js';
