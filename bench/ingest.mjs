@@ -16,9 +16,10 @@ import { luceneRun } from './lucene.mjs';
 import { fmt, log, processCpuMs, ratio, startDevCluster } from './lib.mjs';
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined, lucene: 1 };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined, storeCompression: 0, lucene: 1 };
   for (let i = 0; i < rest.length; i += 2) {
     // --write-buffer-mb N: LevelDB's write buffer for the cluster's replicas AND the baseline store.
+    // --store-compression 1: the replicas' stores AND the baseline store with LevelDB's block compression.
     const key = rest[i].replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown ingest flag ${rest[i]}; flags: ${Object.keys(a).map((k) => '--' + k.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())).join(', ')}`);
     // --profile DIR: the dev cluster runs under `node --cpu-prof`, its profile written to DIR on exit.
@@ -27,9 +28,10 @@ function args(rest) {
   return a;
 }
 
-async function rawLevel(batches, writeBufferMb, sync) {
+async function rawLevel(batches, { writeBufferMb, storeCompression }, sync) {
   const dir = await mkdtemp(join(tmpdir(), 'shardex-bench-level-'));
-  const db = new Level(dir, { valueEncoding: 'utf8', ...(writeBufferMb !== undefined && { writeBufferSize: writeBufferMb * 1024 * 1024 }) });
+  // As the replicas' stores are opened: block compression only when they have it.
+  const db = new Level(dir, { valueEncoding: 'utf8', compression: Boolean(storeCompression), ...(writeBufferMb !== undefined && { writeBufferSize: writeBufferMb * 1024 * 1024 }) });
   await db.open();
   const c0 = process.cpuUsage();
   const t0 = performance.now();
@@ -93,7 +95,7 @@ function shardIndexRate(docs) {
 
 function table(a, x, title, single) {
   log('');
-  const buffer = a.writeBufferMb === undefined ? '' : `, LevelDB write buffer ${a.writeBufferMb} MiB in all`;
+  const buffer = `${a.writeBufferMb === undefined ? '' : `, LevelDB write buffer ${a.writeBufferMb} MiB in all`}${a.storeCompression ? ', LevelDB block compression on in all' : ''}`;
   const what = `${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight`;
   log(`| figure${title || buffer ? ` (${[title, buffer.slice(2)].filter(Boolean).join('; ')})` : ''} | durability request | durability async | ratio request/async |`);
   log(`|---|---|---|---|`);
@@ -137,15 +139,15 @@ async function ingest(a, cluster, collection, batches, bodies) {
 
 async function once(a, batches, bodies, r, single) {
   log('baseline: raw level batches, sync: true ...');
-  const rs = await rawLevel(batches, a.writeBufferMb, true);
+  const rs = await rawLevel(batches, a, true);
   log('baseline: raw level batches, sync: false ...');
-  const ra = await rawLevel(batches, a.writeBufferMb, false);
+  const ra = await rawLevel(batches, a, false);
   const rawSync = { rate: a.docs / (rs.ms / 1000), cpuUsPerDoc: rs.cpuUs / a.docs };
   const rawAsync = { rate: a.docs / (ra.ms / 1000), cpuUsPerDoc: ra.cpuUs / a.docs };
 
   log('starting dev cluster (3 nodes, 2 shards x 2 replicas) ...');
   const nodeArgs = a.profile === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', resolve(a.profile)];
-  const extra = a.writeBufferMb === undefined ? [] : ['--write-buffer-mb', String(a.writeBufferMb)];
+  const extra = [...(a.writeBufferMb === undefined ? [] : ['--write-buffer-mb', String(a.writeBufferMb)]), ...(a.storeCompression ? ['--store-compression'] : [])];
   const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2, nodeArgs, extra });
   try {
     // The same shape as `docs` (which has the default durability, request), asynchronous.

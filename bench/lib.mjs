@@ -1,6 +1,6 @@
 // Shared pieces of the benchmarks: a dev cluster in its own process, free ports, timing.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { Agent, request } from 'node:http';
 import { createServer } from 'node:net';
@@ -121,6 +121,24 @@ export function processCpuMs(pid) {
     return (Number(f[11]) + Number(f[12])) * 10;
   } catch {
     return NaN;
+  }
+}
+
+/**
+ * CPU by thread of a process, in ms, from /proc (Linux; empty elsewhere): the main thread (whose
+ * id is the pid) apart from the rest, and the busiest other thread (on a node, the one LevelDB
+ * compacts on, or a merge worker).
+ */
+export function threadCpuMs(pid) {
+  try {
+    const ms = readdirSync(`/proc/${pid}/task`).map((tid) => {
+      const f = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ');
+      return { tid: Number(tid), ms: (Number(f[11]) + Number(f[12])) * 10 };
+    });
+    const others = ms.filter((t) => t.tid !== pid).map((t) => t.ms);
+    return { main: ms.find((t) => t.tid === pid)?.ms ?? NaN, others: others.reduce((a, b) => a + b, 0), busiestOther: Math.max(0, ...others) };
+  } catch {
+    return { main: NaN, others: NaN, busiestOther: NaN };
   }
 }
 
@@ -292,10 +310,10 @@ export async function startProcess(args, { env = {}, timeoutMs = 60_000, graceMs
 /**
  * A cluster of separate `shardex node` processes on a throwaway local ZooKeeper (installed and
  * started by dist/node/local-zookeeper.js), all on 127.0.0.1 and free ports. Snapshot readers
- * are added with `startReader`. `stop()` ends every process by pid, then ZooKeeper, then
+ * are added with `startReader`; `nodeExtra` goes to every `shardex node`. `stop()` ends every process by pid, then ZooKeeper, then
  * removes the data; a failed start stops what had started.
  */
-export async function startZkCluster({ nodes = 2, zkTimeoutMs = 15_000, progress = log } = {}) {
+export async function startZkCluster({ nodes = 2, zkTimeoutMs = 15_000, progress = log, nodeExtra = [] } = {}) {
   const { startLocalZooKeeper } = await import('../dist/node/local-zookeeper.js');
   const zk = await startLocalZooKeeper((m) => progress(`  [zookeeper] ${m}`));
   const dataDir = await mkdtemp(join(tmpdir(), 'shardex-bench-zk-'));
@@ -311,7 +329,7 @@ export async function startZkCluster({ nodes = 2, zkTimeoutMs = 15_000, progress
       return dataNodes.map((n) => n.http);
     },
     async startNode(name) {
-      const p = await startProcess(['node', '--zk', connect, '--port', '0', '--grpc-port', '0', '--name', name, '--data', join(dataDir, name), '--zk-timeout', String(zkTimeoutMs)]);
+      const p = await startProcess(['node', '--zk', connect, '--port', '0', '--grpc-port', '0', '--name', name, '--data', join(dataDir, name), '--zk-timeout', String(zkTimeoutMs), ...nodeExtra]);
       // Nodes started side by side are pushed in the order they came up: each carries its name.
       p.name = name;
       dataNodes.push(p);

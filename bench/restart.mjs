@@ -4,7 +4,7 @@
 // beside the same for an empty collection (the baseline, measured in the same run), and how
 // restart time grows with the document count (largest / smallest). `--runs N` repeats each size
 // N times, each run with its own cluster and empty baseline, and prints every run and the median.
-import { fmt, ingestCorpus, log, parseFlags, percentile, postJson, processCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
+import { fmt, ingestCorpus, log, parseFlags, percentile, postJson, processCpuMs, threadCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
 import { cp } from 'node:fs/promises';
 
 const C = 'restart';
@@ -45,7 +45,9 @@ async function restartAll(cluster, expected, timeline = false) {
   const ms = performance.now() - t0;
   // CPU the node processes used from their start until now: on 2 cores a restart is mostly CPU.
   const cpu = cluster.nodes.map((n) => processCpuMs(n.pid));
+  const threads = cluster.nodes.map((n) => threadCpuMs(n.pid));
   log(`    CPU used by the nodes until searchable: ${cpu.map((c, i) => `${cluster.nodes[i].name} ${fmt(c)} ms`).join(', ')}; sum ${fmt(cpu.reduce((a, b) => a + b, 0))} ms in ${fmt(ms)} ms (2 cores: ${fmt(2 * ms)} ms)`);
+  log(`      by thread, main / others (busiest other): ${threads.map((t, i) => `${cluster.nodes[i].name} ${fmt(t.main)} / ${fmt(t.others)} (${fmt(t.busiestOther)}) ms`).join(', ')}`);
   // Where the time went, per replica: the open (index load or rebuild) and the recovery.
   for (const [i, n] of cluster.nodes.entries()) {
     for (const line of n.output()) {
@@ -80,8 +82,8 @@ async function restartAll(cluster, expected, timeline = false) {
 
 /** One run at `n` documents: a fresh ZooKeeper and cluster, the empty restart, then the full one. */
 async function runOnce(n, a) {
-  log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes ...`);
-  const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout) });
+  log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes (LevelDB block compression ${a.storeCompression === 'yes' ? 'on' : 'off'}) ...`);
+  const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout), nodeExtra: a.storeCompression === 'yes' ? ['--store-compression'] : [] });
   try {
     await postJson(`${cluster.urls[0]}/api/collections`, JSON.stringify({ name: C, numShards: 2, replicationFactor: 2, autoCommit: 'off' }));
     await waitSettled(cluster.urls[0], C);
@@ -101,7 +103,7 @@ async function runOnce(n, a) {
 const median = (xs) => percentile(xs, 50);
 
 export async function run(rest) {
-  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000, timeline: 'no', runs: 1 });
+  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000, timeline: 'no', runs: 1, storeCompression: 'no' });
   // The nodes log at info, so that each replica's open and recovery can be printed.
   process.env.SHARDEX_LOG_LEVEL ??= 'info';
   const sizes = String(a.docs).split(',').map(Number);

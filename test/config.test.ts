@@ -267,9 +267,9 @@ describe('dev collection options', () => {
 
 describe('what the options configure', () => {
   it('gives a node its distributor, retries, timeouts and read balancer', async () => {
-    const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
+    const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', storeCompression: true, readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
     const o = nodeOptionsOf(c);
-    expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
+    expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, storeCompression: true, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
     // Linear from 100 to at most 250, each pause jittered (up to 20% shorter).
     const pauses = Array.from({ length: 50 }, () => [1, 2, 3, 4].map((n) => o.backoff!(n)));
     const bounds = [100, 200, 250, 250];

@@ -1,7 +1,7 @@
 // Versions and fencing on one replica: the update processor's TOLEADER and FROMLEADER
 // phases over a real ReplicaStore (LevelDB in a temp dir), with a stub coordinator and a
 // stub distributor. Also what the store keeps across a reopen, and how it trims its log.
-import { readdir } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { CollectionState, Coordinator, LeaderInfo } from '../src/coordination/index.js';
@@ -644,6 +644,50 @@ describe('replica store write buffer', () => {
     expect(again.docCount).toBe(2000);
     expect(again.maxVersion).toBe(2000);
     expect((await again.get('d1234'))?.doc).toEqual({ id: 'd1234', body });
+  });
+});
+
+describe('replica store compression', () => {
+  /** Bytes of a closed store's table files after `docs` documents (the store reopened once, so that its log is in tables too). */
+  async function tableBytes(name: string, compression: boolean | undefined, body: string): Promise<number> {
+    const path = join(tmp.dir, name);
+    const store = await ReplicaStore.open(path, { writeBufferSize: 64 * 1024, ...(compression !== undefined && { compression }) });
+    for (let b = 0; b < 20; b++) {
+      await store.apply(Array.from({ length: 100 }, (_, i) => ({ id: `d${b * 100 + i}`, version: 1 + b * 100 + i, doc: { id: `d${b * 100 + i}`, body } })));
+    }
+    await store.close();
+    // Opening recovers LevelDB's log into a table; closing waits for its compactions.
+    await (await ReplicaStore.open(path, compression === undefined ? {} : { compression })).close();
+    const files = (await readdir(path)).filter((f) => f.endsWith('.ldb') || f.endsWith('.sst'));
+    const sizes = await Promise.all(files.map(async (f) => (await stat(join(path, f))).size));
+    return sizes.reduce((a, b) => a + b, 0);
+  }
+
+  it('writes tables without block compression by default, and compresses them when asked', async () => {
+    const body = 'the quick brown fox jumps over the lazy dog. '.repeat(25);
+    const plain = await tableBytes('plain', undefined, body);
+    const off = await tableBytes('off', false, body);
+    const compressed = await tableBytes('compressed', true, body);
+    // 2,000 documents of about 1.1 KB, each twice (log entry and current version).
+    expect(plain).toBeGreaterThan(2000 * 2 * 1100);
+    expect(off).toBeGreaterThan(2000 * 2 * 1100);
+    expect(compressed).toBeLessThan(plain / 3);
+  });
+
+  it('reads a store written with compression when opened without it, and the other way round', async () => {
+    const body = 'y'.repeat(1000);
+    await tableBytes('switched', true, body);
+    const path = join(tmp.dir, 'switched');
+    const store = await ReplicaStore.open(path, { compression: false });
+    stores.push(store);
+    await store.apply([{ id: 'late', version: 5000, doc: { id: 'late', body } }]);
+    await store.close();
+    stores.splice(stores.indexOf(store), 1);
+    const again = await ReplicaStore.open(path, { compression: true });
+    stores.push(again);
+    expect(again.docCount).toBe(2001);
+    expect((await again.get('d1999'))?.doc).toEqual({ id: 'd1999', body });
+    expect((await again.get('late'))?.doc).toEqual({ id: 'late', body });
   });
 });
 

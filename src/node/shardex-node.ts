@@ -65,6 +65,8 @@ export interface ShardexNodeOptions {
   readonly logRetention?: number;
   /** LevelDB write buffer per replica, MiB (default LevelDB's 4). */
   readonly writeBufferMb?: number;
+  /** LevelDB's block compression in the replicas' stores (default off: see ReplicaStoreOptions.compression). */
+  readonly storeCompression?: boolean;
   readonly callTimeoutMs?: number;
   /** Scan-server selector profiles (Accumulo's JSON); default: Accumulo's default profile. */
   readonly selectorProfiles?: unknown;
@@ -470,6 +472,7 @@ export class ShardexNode {
         ...(this.o.logRetention !== undefined && { logRetention: this.o.logRetention }),
         ...(this.o.deleteRetentionMs !== undefined && { deleteRetentionMs: this.o.deleteRetentionMs }),
         ...(this.o.writeBufferMb !== undefined && { writeBufferSize: this.o.writeBufferMb * 1024 * 1024 }),
+        ...(this.o.storeCompression !== undefined && { compression: this.o.storeCompression }),
         ...(onStoreWrite && { onWrite: (w: StoreWrite) => onStoreWrite(`${this.name}/${key}`, w) }),
       });
       try {

@@ -79,6 +79,12 @@ export interface ReplicaStoreOptions {
    * fewer, larger flushes and less compaction per write, for that much more memory per replica.
    */
   readonly writeBufferSize?: number;
+  /**
+   * LevelDB's block compression (Snappy); off by default. On 2 cores it was about 40% of the CPU
+   * of LevelDB's compactions, which run beside the ingest and after a restart (bench/RESULTS.md,
+   * "store compression"); on, a store of the corpus takes about 0.6 times the disk.
+   */
+  readonly compression?: boolean;
   readonly durability?: Durability;
   /** Called after every batch written to LevelDB. */
   readonly onWrite?: (w: StoreWrite) => void;
@@ -342,6 +348,7 @@ export class ReplicaStore {
   static async open(dir: string, opts: ReplicaStoreOptions = {}): Promise<ReplicaStore> {
     const db = new Level<string, string>(dir, {
       valueEncoding: 'utf8',
+      compression: opts.compression ?? false,
       ...(opts.writeBufferSize !== undefined && { writeBufferSize: opts.writeBufferSize }),
     });
     await db.open();
