@@ -13,17 +13,17 @@ import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
 import { parseSchema, ShardIndex } from '../dist/index/index.js';
 import { luceneRun } from './lucene.mjs';
-import { fmt, log, processCpuMs, ratio, startDevCluster } from './lib.mjs';
+import { fmt, log, onOff, processCpuMs, ratio, startDevCluster } from './lib.mjs';
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined, storeCompression: 0, lucene: 1 };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined, storeCompression: false, lucene: 1 };
   for (let i = 0; i < rest.length; i += 2) {
     // --write-buffer-mb N: LevelDB's write buffer for the cluster's replicas AND the baseline store.
-    // --store-compression 1: the replicas' stores AND the baseline store with LevelDB's block compression.
+    // --store-compression yes: the replicas' stores AND the baseline store with LevelDB's block compression.
     const key = rest[i].replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown ingest flag ${rest[i]}; flags: ${Object.keys(a).map((k) => '--' + k.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())).join(', ')}`);
     // --profile DIR: the dev cluster runs under `node --cpu-prof`, its profile written to DIR on exit.
-    a[key] = key === 'profile' ? rest[i + 1] : Number(rest[i + 1]);
+    a[key] = key === 'profile' ? rest[i + 1] : key === 'storeCompression' ? onOff(rest[i], rest[i + 1]) : Number(rest[i + 1]);
   }
   return a;
 }

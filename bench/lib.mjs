@@ -142,6 +142,14 @@ export function threadCpuMs(pid) {
   }
 }
 
+/** A yes/no benchmark flag's value (yes, no, 1, 0, true, false); anything else throws, naming the flag. */
+export function onOff(flag, value) {
+  const v = String(value).toLowerCase();
+  if (['yes', '1', 'true'].includes(v)) return true;
+  if (['no', '0', 'false'].includes(v)) return false;
+  throw new Error(`${flag} takes yes or no, not '${value}'`);
+}
+
 /** A process's resident memory, bytes (NaN once it is gone). */
 export async function rssOf(pid) {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');

@@ -4,7 +4,7 @@
 // beside the same for an empty collection (the baseline, measured in the same run), and how
 // restart time grows with the document count (largest / smallest). `--runs N` repeats each size
 // N times, each run with its own cluster and empty baseline, and prints every run and the median.
-import { fmt, ingestCorpus, log, parseFlags, percentile, postJson, processCpuMs, threadCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
+import { fmt, ingestCorpus, log, onOff, parseFlags, percentile, postJson, processCpuMs, threadCpuMs, startZkCluster, until, waitSettled, httpRequest } from './lib.mjs';
 import { cp } from 'node:fs/promises';
 
 const C = 'restart';
@@ -82,8 +82,9 @@ async function restartAll(cluster, expected, timeline = false) {
 
 /** One run at `n` documents: a fresh ZooKeeper and cluster, the empty restart, then the full one. */
 async function runOnce(n, a) {
-  log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes (LevelDB block compression ${a.storeCompression === 'yes' ? 'on' : 'off'}) ...`);
-  const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout), nodeExtra: a.storeCompression === 'yes' ? ['--store-compression'] : [] });
+  const compression = onOff('--store-compression', a.storeCompression);
+  log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes (LevelDB block compression ${compression ? 'on' : 'off'}) ...`);
+  const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout), nodeExtra: compression ? ['--store-compression'] : [] });
   try {
     await postJson(`${cluster.urls[0]}/api/collections`, JSON.stringify({ name: C, numShards: 2, replicationFactor: 2, autoCommit: 'off' }));
     await waitSettled(cluster.urls[0], C);
