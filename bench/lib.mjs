@@ -25,13 +25,15 @@ export function freePort() {
 
 /**
  * Starts `shardex dev` as a child process, resolves once it prints that it is up.
- * `nodeArgs` go to the child's node (e.g. `--cpu-prof`), `extra` to `shardex dev`.
+ * `nodeArgs` go to the child's node (e.g. `--cpu-prof`), and so do BENCH_NODE_ARGS (space-separated,
+ * as for startProcess); `extra` to `shardex dev`.
  */
 export async function startDevCluster({ nodes = 3, shards = 2, replicas = 2, extra = [], nodeArgs = [] } = {}) {
   const dataDir = await mkdtemp(join(tmpdir(), 'shardex-bench-'));
   // Consecutive HTTP ports from the base, gRPC at +1000: pick a base with room.
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const child = spawn(process.execPath, [...nodeArgs, join(root, 'bin/shardex.js'), 'dev', '--nodes', String(nodes), '--port', String(port),
+  const envArgs = process.env.BENCH_NODE_ARGS?.split(' ').filter((a) => a !== '') ?? [];
+  const child = spawn(process.execPath, [...envArgs, ...nodeArgs, join(root, 'bin/shardex.js'), 'dev', '--nodes', String(nodes), '--port', String(port),
     '--data', dataDir, '--shards', String(shards), '--replicas', String(replicas), ...extra], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   await new Promise((resolve, reject) => {
