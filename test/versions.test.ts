@@ -1,7 +1,7 @@
 // Versions and fencing on one replica: the update processor's TOLEADER and FROMLEADER
 // phases over a real ReplicaStore (LevelDB in a temp dir), with a stub coordinator and a
 // stub distributor. Also what the store keeps across a reopen, and how it trims its log.
-import { readdir, stat } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { CollectionState, Coordinator, LeaderInfo } from '../src/coordination/index.js';
@@ -14,7 +14,7 @@ import { UpdateProcessor } from '../src/distrib/update-processor.js';
 import { ShardexError } from '../src/errors.js';
 import { silentLogger } from '../src/logger.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
-import { useTempStores } from './support/temp-stores.js';
+import { tableBytes, useTempStores } from './support/temp-stores.js';
 
 const log = silentLogger();
 const tmp = useTempStores('versions');
@@ -648,8 +648,8 @@ describe('replica store write buffer', () => {
 });
 
 describe('replica store compression', () => {
-  /** Bytes of a closed store's table files after `docs` documents (the store reopened once, so that its log is in tables too). */
-  async function tableBytes(name: string, compression: boolean | undefined, body: string): Promise<number> {
+  /** Bytes of a store's table files after 2,000 documents of `body`, closed (and reopened once, so that its log is in tables too). */
+  async function writtenTables(name: string, compression: boolean | undefined, body: string): Promise<number> {
     const path = join(tmp.dir, name);
     const store = await ReplicaStore.open(path, { writeBufferSize: 64 * 1024, ...(compression !== undefined && { compression }) });
     for (let b = 0; b < 20; b++) {
@@ -658,16 +658,14 @@ describe('replica store compression', () => {
     await store.close();
     // Opening recovers LevelDB's log into a table; closing waits for its compactions.
     await (await ReplicaStore.open(path, compression === undefined ? {} : { compression })).close();
-    const files = (await readdir(path)).filter((f) => f.endsWith('.ldb') || f.endsWith('.sst'));
-    const sizes = await Promise.all(files.map(async (f) => (await stat(join(path, f))).size));
-    return sizes.reduce((a, b) => a + b, 0);
+    return tableBytes(path);
   }
 
   it('writes tables without block compression by default, and compresses them when asked', async () => {
     const body = 'the quick brown fox jumps over the lazy dog. '.repeat(25);
-    const plain = await tableBytes('plain', undefined, body);
-    const off = await tableBytes('off', false, body);
-    const compressed = await tableBytes('compressed', true, body);
+    const plain = await writtenTables('plain', undefined, body);
+    const off = await writtenTables('off', false, body);
+    const compressed = await writtenTables('compressed', true, body);
     // 2,000 documents of about 1.1 KB, each twice (log entry and current version).
     expect(plain).toBeGreaterThan(2000 * 2 * 1100);
     expect(off).toBeGreaterThan(2000 * 2 * 1100);
@@ -676,7 +674,7 @@ describe('replica store compression', () => {
 
   it('reads a store written with compression when opened without it, and the other way round', async () => {
     const body = 'y'.repeat(1000);
-    await tableBytes('switched', true, body);
+    await writtenTables('switched', true, body);
     const path = join(tmp.dir, 'switched');
     const store = await ReplicaStore.open(path, { compression: false });
     stores.push(store);

@@ -82,7 +82,8 @@ export interface ReplicaStoreOptions {
   /**
    * LevelDB's block compression (Snappy); off by default. On 2 cores it was about 40% of the CPU
    * of LevelDB's compactions, which run beside the ingest and after a restart (bench/RESULTS.md,
-   * "store compression"); on, a store of the corpus takes about 0.6 times the disk.
+   * "LevelDB's block compression, now off by default"); on, a store of the corpus takes about
+   * 0.6 times the disk.
    */
   readonly compression?: boolean;
   readonly durability?: Durability;

@@ -1,10 +1,10 @@
 // The node's --store-compression reaches its replicas' stores (README, "Running a real cluster"):
 // the same documents written to a node without it and to one with it leave LevelDB table files
 // of very different sizes. The store's own option is tested in test/versions.test.ts.
-import { readdir, rm, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { rm } from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
+import { tableBytes } from '../support/temp-stores.js';
 
 const C = 'cmp';
 const DOCS = 3000;
@@ -14,17 +14,6 @@ afterEach(async () => {
   await tc?.stop();
   tc = undefined;
 });
-
-/** Bytes of LevelDB table files under `dir`, at any depth. */
-async function tableBytes(dir: string): Promise<number> {
-  let total = 0;
-  for (const e of await readdir(dir, { withFileTypes: true })) {
-    const path = join(dir, e.name);
-    if (e.isDirectory()) total += await tableBytes(path);
-    else if (e.name.endsWith('.ldb') || e.name.endsWith('.sst')) total += (await stat(path)).size;
-  }
-  return total;
-}
 
 /** Writes DOCS compressible documents to a one-node cluster, stops it, and measures its tables. */
 async function writtenTables(storeCompression: boolean | undefined): Promise<number> {

@@ -1,6 +1,6 @@
 // A fresh temp dir per test and the replica stores a test opens in it, closed and removed after
 // each test (even a failing one).
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach } from 'vitest';
@@ -24,4 +24,15 @@ export function useTempStores(prefix: string): TempStores {
     await rm(state.dir, { recursive: true, force: true });
   });
   return state;
+}
+
+/** Bytes of the LevelDB table files under `dir`, at any depth (a closed store's, or a node's data dir). */
+export async function tableBytes(dir: string): Promise<number> {
+  let total = 0;
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) total += await tableBytes(path);
+    else if (e.name.endsWith('.ldb') || e.name.endsWith('.sst')) total += (await stat(path)).size;
+  }
+  return total;
 }
