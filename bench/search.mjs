@@ -10,8 +10,11 @@
 // to it (issue 15).
 //
 // The baselines are synchronous libraries: they run on this process's one thread, one query
-// after another, so their queries/s is the sequential rate. The dev cluster is one process (one
-// event loop for its three nodes); its concurrent rate is measured with --clients HTTP clients.
+// after another, so their queries/s is the sequential rate. The dev cluster is one process (each
+// of its three nodes on a worker thread of its own); its concurrent rate is measured with
+// --clients HTTP clients. Every engine, over HTTP or in-process, Lucene's JVM included, runs the
+// mix --warmup times untimed before its timed rounds (each has a JIT to warm; the JavaScript
+// ones stop warming after 30 s, which only the slow baselines reach).
 // The same queries also go to three `shardex node` processes on ZooKeeper holding the same
 // collection (--processes 0 skips it): what the distributed path costs when the nodes do not
 // share one thread, as in a real cluster.
@@ -36,7 +39,7 @@ const LIMIT = 10;
 const LUCENE_DEFAULT_COUNT = 1000;
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 3, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000, lucene: 1, luceneWarmup: 200, processes: 1 };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, rounds: 40, warmup: 200, clients: 8, qpsSeconds: 15, maxMinutes: 25, memoryDocs: 1_000_000, lucene: 1, processes: 1 };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '').replace(/-(\w)/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown flag ${rest[i]} (known: ${Object.keys(a).join(', ')})`);
@@ -100,6 +103,30 @@ function servedAndTransport(shards = {}) {
   return slowest === undefined ? {} : { servedMs: slowest.servedMs ?? 0, transportMs: slowest.queryMs - (slowest.servedMs ?? 0) };
 }
 
+/** A warm-up ends after this long even if it ran fewer rounds (the slow baselines: seconds per round). */
+const WARMUP_MAX_MS = 30_000;
+
+/**
+ * Runs the mix `rounds` times untimed, or for WARMUP_MAX_MS if that comes first: each engine's
+ * JIT and caches warm up before its timed rounds. Returns the rounds it ran.
+ */
+async function warmUp(label, mix, runOne, rounds) {
+  if (rounds > 0) log(`  ${label}: ${rounds} warm-up rounds (at most ${WARMUP_MAX_MS / 1000} s) ...`);
+  const t0 = performance.now();
+  let last = t0;
+  let r = 0;
+  for (; r < rounds && performance.now() - t0 < WARMUP_MAX_MS; r++) {
+    checkTime(`${label} warm-up`);
+    for (const q of mix) await runOne(q);
+    if (performance.now() - last > 5000) {
+      last = performance.now();
+      log(`  ${label}: warm-up round ${r + 1} / ${rounds}`);
+    }
+  }
+  if (r < rounds) log(`  ${label}: warm-up stopped after ${r} rounds (${WARMUP_MAX_MS / 1000} s)`);
+  return r;
+}
+
 let deadline = Infinity;
 function checkTime(phase) {
   if (performance.now() > deadline) throw new Error(`time limit reached during ${phase}: stop (raise --max-minutes to allow more)`);
@@ -110,7 +137,7 @@ function checkTime(phase) {
  * returns every latency (ms) by query, and the wall time of the timed rounds.
  */
 async function sequentialRun(label, mix, runOne, { rounds, warmup }) {
-  for (let r = 0; r < warmup; r++) for (const q of mix) await runOne(q);
+  await warmUp(label, mix, runOne, warmup);
   const byQuery = mix.map(() => []);
   const t0 = performance.now();
   let last = t0;
@@ -194,7 +221,7 @@ async function shardexSearch(cluster, mix, a) {
   for (const q of mix) totals.push((await runOne(q)).total);
 
   log(`shardex: sequential latency, ${a.rounds} rounds of ${mix.length} queries over HTTP ...`);
-  for (let r = 0; r < a.warmup; r++) for (const q of mix) await runOne(q);
+  await warmUp('shardex HTTP', mix, runOne, a.warmup);
   phases = [];
   const seq = await sequentialRun('shardex HTTP', mix, runOne, { rounds: a.rounds, warmup: 0 });
   seq.phases = phases;
@@ -566,7 +593,7 @@ export async function run(rest) {
   let lucene;
   if (a.lucene) {
     checkTime('Lucene');
-    lucene = await luceneRun(docs, mix, { rounds: a.rounds, warmup: Math.max(a.warmup, a.luceneWarmup), limit: LIMIT });
+    lucene = await luceneRun(docs, mix, { rounds: a.rounds, warmup: a.warmup, limit: LIMIT });
   }
 
   log('');
@@ -614,7 +641,7 @@ function luceneTable(a, mix, { http, procHttp, localSeq, localCounted, local, pe
   const lx = lucene.exact;
   const ld = lucene.default;
   const c = LUCENE_DEFAULT_COUNT;
-  log(`Against Apache Lucene 8 (in-process, one JVM, BM25; ${fmt(Math.max(a.warmup, a.luceneWarmup))} warm-up rounds for the JIT, ${a.rounds} timed). Like for like: \`exact\` counts every hit (Shardex's default), \`default\` is Lucene's default collection, which counts up to ${fmt(c)} hits and then a lower bound (Shardex with trackTotalHits=${c}):`);
+  log(`Against Apache Lucene 8 (in-process, one JVM, BM25; ${fmt(a.warmup)} warm-up rounds for the JIT, ${a.rounds} timed, as every engine here). Like for like: \`exact\` counts every hit (Shardex's default), \`default\` is Lucene's default collection, which counts up to ${fmt(c)} hits and then a lower bound (Shardex with trackTotalHits=${c}):`);
   log('');
   log(`| figure | ShardIndex in-process, exact | ShardIndex in-process, trackTotalHits ${c} | shardex HTTP (3 nodes, 2 x 2), exact | shardex HTTP, trackTotalHits ${c} | Lucene exact | Lucene default | ShardIndex exact / Lucene exact | ShardIndex ${c} / Lucene default | HTTP exact / Lucene exact | HTTP ${c} / Lucene default |`);
   log('|---|---|---|---|---|---|---|---|---|---|---|');
@@ -644,7 +671,7 @@ function luceneTable(a, mix, { http, procHttp, localSeq, localCounted, local, pe
   log(`| Lucene: all index files per doc (stored source included) / JVM heap of the open index per doc / segments | | | ${perDoc(lucene.indexBytes, a.docs)} / ${perDoc(lucene.heapBytes, a.docs)} / ${lucene.segments} | | |`);
   if (procHttp) {
     log('');
-    log(`Over HTTP, the dev cluster (3 nodes in one process, one thread) beside 3 \`shardex node\` processes on ZooKeeper (same collection, same queries, match counts equal), against Lucene's default (trackTotalHits ${c} for both):`);
+    log(`Over HTTP, the dev cluster (3 nodes in one process, a worker thread each) beside 3 \`shardex node\` processes on ZooKeeper (same collection, same queries, match counts equal), against Lucene's default (trackTotalHits ${c} for both):`);
     log('');
     log(`| figure | HTTP, dev cluster | HTTP, 3 node processes | Lucene default | dev cluster / Lucene | node processes / Lucene | node processes / dev cluster |`);
     log('|---|---|---|---|---|---|---|');
