@@ -113,7 +113,7 @@ describe('a replica index on disk', () => {
     fingerprint = FINGERPRINT,
     ahead = false,
     dir = tmp.dir,
-    more: Pick<Partial<PersistedIndexOptions>, 'policy' | 'log' | 'segmentWork'> = {},
+    more: Pick<Partial<PersistedIndexOptions>, 'policy' | 'log' | 'merger'> = {},
   ): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
     const committed = ahead ? PersistedIndex.readCommitted({ dir, schema, fingerprint }) : undefined;
     const store = await ReplicaStore.open(dir);
@@ -315,6 +315,38 @@ describe('a replica index on disk', () => {
     await replica.apply(Array.from({ length: 10 }, (_, i) => put(i + 10)));
     expect(await index.maybeCheckpoint(Date.now(), { byAge: false })).toBe(true);
     expect(await index.maybeCheckpoint(Date.now() + 120_000)).toBe(false);
+  });
+
+  it('begins the next checkpoint once the last one is committed, while the work after that commit still runs', async () => {
+    const { replica, index } = await openReplica();
+    const store = stores[0]!;
+    // The journal's trim, the last step after a commit, waits until released.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const trim = store.dropChangesThrough.bind(store);
+    const trimmed: number[] = [];
+    store.dropChangesThrough = async (seq: number): Promise<void> => {
+      await held;
+      trimmed.push(seq);
+      return trim(seq);
+    };
+    await replica.apply([put(1), put(2)]);
+    expect(await index.maybeCheckpoint(Date.now() + 1_000)).toBe(true);
+    await replica.apply([put(3), del(1)]);
+    expect(await index.maybeCheckpoint(Date.now() + 2_000)).toBe(true);
+    expect(trimmed).toEqual([]);
+    // Both commits are on disk: a crash now replays nothing, whatever the journal still holds.
+    release();
+    await index.settled();
+    expect(trimmed).toHaveLength(2);
+    expect(trimmed[0]).toBeLessThan(trimmed[1]!);
+    expect(await store.changedSince(0)).toEqual([]);
+    const before = results(index.index);
+    await crash();
+    const again = await openReplica();
+    expect(again.report).toMatchObject({ method: 'loaded', replayed: 0 });
+    expect(results(again.index.index)).toEqual(before);
+    expect(before).toEqual(await expected());
   });
 
   /** Runs `body` on a replica whose index reads Date.now() from `clock.now` (the checkpoint policy's ages). */
@@ -590,8 +622,8 @@ describe('a replica index on disk', () => {
     let resetDone!: () => void;
     const reset = new Promise<void>((resolve) => (resetDone = resolve));
     // The merge reads its sources only once the reset removed them.
-    const segmentWork = { merge: async (job: MergeJob, s: typeof schema) => (await reset, IN_THREAD.merge(job, s)) };
-    const { replica, index } = await openReplica(FINGERPRINT, false, tmp.dir, { log: logged, segmentWork });
+    const merger = { merge: async (job: MergeJob, s: typeof schema) => (await reset, IN_THREAD.merge(job, s)) };
+    const { replica, index } = await openReplica(FINGERPRINT, false, tmp.dir, { log: logged, merger });
     for (let b = 0; b < 12; b++) {
       await replica.apply([put(b)]);
       await index.checkpoint();
@@ -648,6 +680,8 @@ describe('a replica index on disk', () => {
     // A newer commit point: the old one is not served any more, its files go, and what was opened still reads.
     const next = await replica.commit();
     expect(await index.openCommitted(point)).toBeUndefined();
+    // The files no commit names go after the commit, not before the next checkpoint may begin.
+    await index.settled();
     const gone = names.filter((n) => index.index.segments.every((s) => s.name !== n));
     expect(gone.length).toBeGreaterThan(0);
     for (const n of gone) expect(await segmentFiles()).not.toContain(n);

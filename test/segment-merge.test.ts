@@ -64,14 +64,14 @@ describe('the merge thread', () => {
     };
   }
 
-  async function openReplica(merger: import('../src/distrib/segment-merge.js').SegmentMerger, lines: string[] = []) {
+  async function openReplica(merger: import('../src/distrib/segment-merge.js').SegmentMerger, lines: string[] = [], writer?: import('../src/distrib/segment-merge.js').CheckpointWriter) {
     const fingerprint = M.schemaFingerprint(FIELDS);
     const schema = M.schemaOfFingerprint(fingerprint);
     const store = await U.ReplicaStore.open(tmp.dir);
     tmp.stores.push(store);
     const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
     const replica = new R.ShardReplica('c', 'shard1', store, log);
-    const { index } = await P.PersistedIndex.open({ dir: tmp.dir, schema, fingerprint, store, log, merger, policy: { maxChanges: 1, segmentsPerTier: 4 } });
+    const { index } = await P.PersistedIndex.open({ dir: tmp.dir, schema, fingerprint, store, log, merger, ...(writer && { writer }), policy: { maxChanges: 1, segmentsPerTier: 4 } });
     replica.index = index;
     return { replica, index, store, schema };
   }
@@ -113,6 +113,50 @@ describe('the merge thread', () => {
       tmp.stores.length = 0;
       const again = await openReplica(thread);
       expect(again.index.index.segments.map((s) => s.name).sort()).toEqual(names);
+      expect(QUERIES.map((q) => again.index.index.search(q))).toEqual(answers);
+    } finally {
+      await thread.close();
+    }
+  });
+
+  it("writes a checkpoint's files in its worker thread, byte for byte as the calling thread writes them, and a restart loads them", async () => {
+    const thread = new M.MergeThread({ log: pino({ level: 'silent' }) });
+    const seen: Array<number | undefined> = [];
+    const writes: import('../src/distrib/segment-merge.js').CheckpointFiles[] = [];
+    const writer: import('../src/distrib/segment-merge.js').CheckpointWriter = {
+      writeCheckpoint: (files) => {
+        writes.push(files);
+        const written = thread.writeCheckpoint(files);
+        seen.push(thread.threadId);
+        return written;
+      },
+    };
+    try {
+      const { replica, index, store, schema } = await openReplica(M.IN_THREAD, [], writer);
+      const here = async (files: import('../src/distrib/segment-merge.js').CheckpointFiles): Promise<void> => {
+        // The same files written by this thread, beside the worker's: the same bytes.
+        const mine = await M.IN_THREAD.writeCheckpoint({ ...files, segments: files.segments.map((f) => ({ ...f, path: `${f.path}.here` })), commitPath: `${files.commitPath}.here` });
+        expect(mine.segments.length).toBe(files.segments.length);
+        for (const f of files.segments) expect((await readFile(`${f.path}.here`)).equals(await readFile(f.path))).toBe(true);
+        expect((await readFile(`${files.commitPath}.here`)).equals(await readFile(files.commitPath))).toBe(true);
+      };
+      await replica.apply(Array.from({ length: 200 }, (_, i) => put(i)));
+      expect(await index.checkpoint()).toBeGreaterThan(0);
+      await here(writes[0]!);
+      await replica.apply([put(3, 5000), del(4), put(500)]);
+      expect(await index.checkpoint()).toBeGreaterThan(0);
+      await here(writes[1]!);
+      expect(seen).toHaveLength(2);
+      for (const t of seen) {
+        expect(t).toBeDefined();
+        expect(t).not.toBe(threadId);
+      }
+      const answers = QUERIES.map((q) => index.index.search(q));
+      expect(answers).toEqual(await expected(store, schema));
+      // What a kill -9 leaves: the worker's files are what a restart opens.
+      await store.close();
+      tmp.stores.length = 0;
+      const again = await openReplica(M.IN_THREAD);
       expect(QUERIES.map((q) => again.index.index.search(q))).toEqual(answers);
     } finally {
       await thread.close();

@@ -6,6 +6,9 @@
 //   naming every segment with the ids deleted from each since it was written. It is captured at
 //   a durable point of the store (ReplicaStore.atDurablePoint): the commit holds every change
 //   journaled up to its sequence and nothing later. Its cost follows the buffer, not the replica.
+//   Its files are written by the node's checkpoint thread (segment-merge.ts), off the event loop;
+//   the next checkpoint may begin at the commit, and the work after it (serving the new segment
+//   from its file, removing files, trimming the journal) follows outside the lock, in order.
 // - At open the replica loads the commit's segments, replays each one's deletes, then re-reads
 //   only the documents journaled after the commit. Without a usable commit (none yet, damaged,
 //   truncated, a segment missing or damaged, another schema) it rebuilds from the stored
@@ -29,8 +32,6 @@ import {
   SegmentedIndex,
   SegmentProblem,
   ShardIndex,
-  writeCommit,
-  writeSegment,
   type CollectionSchema,
   type CommitInfo,
   type MergePolicy,
@@ -41,7 +42,7 @@ import {
 import type { CommitPoint, ReplicaStore, StoredEntry, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { SearchIndexBinding } from './replica.js';
-import { IN_THREAD, type SegmentMerger } from './segment-merge.js';
+import { IN_THREAD, type CheckpointWriter, type SegmentMerger } from './segment-merge.js';
 
 /** The commit file's name in the replica's directory (LevelDB ignores files it did not write). */
 export const COMMIT_FILE = 'shardex-index.commit';
@@ -96,6 +97,8 @@ export interface PersistedIndexOptions {
   readonly onSegmentWritten?: (bytes: number) => void;
   /** Runs the merges (the node's merge thread); default: in the calling thread. */
   readonly merger?: SegmentMerger;
+  /** Writes the checkpoints' files (the node's checkpoint thread); default: in the calling thread. */
+  readonly writer?: CheckpointWriter;
 }
 
 const PAGE = 1000;
@@ -182,6 +185,14 @@ export class PersistedIndex extends SearchIndexBinding {
   private rebuilding: Promise<void> | undefined;
   /** The store's latest commit point and the segments checkpointed at it (what snapshot readers copy). */
   private committed: { readonly point: CommitPoint; readonly segments: readonly CommittedSegment[] } | undefined;
+  /** The segments the newest commit file names: what a crash now would open. */
+  private onDisk: ReadonlySet<string> = new Set();
+  /**
+   * The work after each commit (serving its new segments from their files, removing the files no
+   * commit names, trimming the journal), one commit's after another's, outside the lock: the next
+   * checkpoint need not wait for it, only for the commit before it.
+   */
+  private settling: Promise<void> = Promise.resolve();
 
   private constructor(o: PersistedIndexOptions, index: SegmentedIndex, now: number) {
     super(o.schema, index);
@@ -230,7 +241,8 @@ export class PersistedIndex extends SearchIndexBinding {
       const p = new PersistedIndex(o, new SegmentedIndex(o.schema, segments), Date.now());
       for (const s of segments) p.written.add(s);
       p.nextFile = info.nextFile;
-      await p.removeFilesBut(new Set(info.segments.map((s) => s.name)));
+      p.onDisk = new Set(info.segments.map((s) => s.name));
+      await p.removeFilesBut(p.onDisk);
       const ids = await o.store.changedSince(info.seq);
       await p.replay(ids);
       return { index: p, report: { method: 'loaded', replayed: ids.length, segments: segments.length, segmentBytes: bytes, ms: ms() } };
@@ -256,7 +268,8 @@ export class PersistedIndex extends SearchIndexBinding {
     if (this.hasWork()) {
       const old = byAge && now - this.lastCheckpointAt >= this.policy.maxAgeMs;
       if (this.index.unsealedChanges >= this.policy.maxChanges || old || this.dirty || this.hasUnwritten()) {
-        await this.checkpoint();
+        // Resolved at the commit: the work after it goes on while the next check may begin.
+        await this.checkpointed();
         wrote = true;
       }
     }
@@ -271,11 +284,24 @@ export class PersistedIndex extends SearchIndexBinding {
    * Seals the buffer as a segment and writes a commit, captured at a durable point of the store
    * (every change journaled up to the point's sequence is in it, nothing later: the segments
    * still to write are exported and the delete lists measured there), then drops the journal up
-   * to there and the files no commit names. Returns the bytes written (0: nothing to write).
+   * to there and the files no commit names. Returns the bytes written (0: nothing to write) once
+   * all of that is done.
    */
-  checkpoint(): Promise<number> {
+  async checkpoint(): Promise<number> {
+    const { bytes, settled } = await this.checkpointed();
+    await settled;
+    return bytes;
+  }
+
+  /** Resolves once the work after every commit written so far is done (files removed, journal trimmed). */
+  settled(): Promise<void> {
+    return this.settling;
+  }
+
+  /** A checkpoint, resolved at its commit; `settled` once the work after it is done (it never rejects). */
+  private checkpointed(): Promise<{ bytes: number; settled: Promise<void> }> {
     return this.lock.run(async () => {
-      if (this.closed || !this.hasWork()) return 0;
+      if (this.closed || !this.hasWork()) return { bytes: 0, settled: this.settling };
       const t0 = performance.now();
       const captured = await this.o.store.atDurablePoint((seq) => this.capture(seq));
       return this.write(captured, t0);
@@ -304,6 +330,7 @@ export class PersistedIndex extends SearchIndexBinding {
       if (taken === undefined) return;
       this.committed = undefined;
       answer.resolve(taken.point);
+      // The lock is held until the point's files are written; the work after them is not waited for.
       await this.write(taken.captured, t0, taken.point).catch((err: Error) =>
         this.o.log.warn({ dir: this.o.dir, version: taken.point.version, err: err.message }, "could not write the commit point's index checkpoint; snapshot readers will copy its documents"),
       );
@@ -359,39 +386,54 @@ export class PersistedIndex extends SearchIndexBinding {
     };
   }
 
-  /** Writes what `capture` took: its new segment files, then the commit naming them; with `point`, they are that commit point's. */
-  private async write({ seq, at, segments }: Captured, t0: number, point?: CommitPoint): Promise<number> {
+  /**
+   * Writes what `capture` took: its new segment files, then the commit naming them (on the
+   * checkpoint thread, when the node has one); with `point`, they are that commit point's.
+   * Resolves at the commit, with the work after it queued (`settled`).
+   */
+  private async write({ seq, at, segments }: Captured, t0: number, point?: CommitPoint): Promise<{ bytes: number; settled: Promise<void> }> {
     const captureMs = Math.round(performance.now() - t0);
     const named = segments.map(({ segment, deleted }) => ({ name: segment.name, deleted: first(segment.deleted, deleted) }));
-    const fresh: Segment[] = [];
-    let bytes = 0;
+    const fresh = segments.flatMap(({ segment, state }) => (state === undefined ? [] : [{ segment, state }]));
+    let sizes: { segments: number[]; commit: number };
     try {
-      for (const { segment, state } of segments) {
-        if (state === undefined) continue;
-        const size = await writeSegment(join(this.o.dir, segment.name), state, { seq, fingerprint: this.o.fingerprint });
-        this.written.add(segment);
-        fresh.push(segment);
-        this.o.onSegmentWritten?.(size);
-        bytes += size;
-      }
-      bytes += await writeCommit(join(this.o.dir, COMMIT_FILE), { seq, fingerprint: this.o.fingerprint, nextFile: this.nextFile, segments: named });
+      sizes = await (this.o.writer ?? IN_THREAD).writeCheckpoint({
+        segments: fresh.map(({ segment, state }) => ({ path: join(this.o.dir, segment.name), state })),
+        info: { seq, fingerprint: this.o.fingerprint },
+        commitPath: join(this.o.dir, COMMIT_FILE),
+        commit: { seq, fingerprint: this.o.fingerprint, nextFile: this.nextFile, segments: named },
+      });
     } catch (err) {
       // The next check writes what is missing (hasWork), the last commit still holds.
       this.dirty = true;
       throw err;
     }
-    // From here a crash replays only what was journaled after `seq`: on a busy node what follows
-    // waits for its turns of the event loop, so it comes after the commit, not before.
+    for (const { segment } of fresh) this.written.add(segment);
+    for (const size of sizes.segments) this.o.onSegmentWritten?.(size);
+    const bytes = sizes.segments.reduce((a, b) => a + b, sizes.commit);
+    // From here a crash replays only what was journaled after `seq`.
     const committedMs = Math.round(performance.now() - t0);
+    this.onDisk = new Set(named.map((s) => s.name));
     if (point) this.committed = { point, segments: named };
     // A busy node's checkpoint can take most of a second: counted from its capture, the journal a
     // crash leaves to replay stays near maxAgeMs of changes rather than that plus the write.
     this.lastCheckpointAt = at;
-    for (const segment of fresh) await this.serveFromFile(segment);
-    await this.removeFilesBut(new Set(named.map((s) => s.name)));
-    await this.o.store.dropChangesThrough(seq);
-    this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, committedMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');
-    return bytes;
+    const generation = this.generation;
+    const settle = async (): Promise<void> => {
+      // A clear, a close or a rebuild since: their own work replaces this one's.
+      const current = (): boolean => this.generation === generation && !this.closed;
+      try {
+        for (const { segment } of fresh) if (current()) await this.serveFromFile(segment);
+        if (current()) await this.removeFilesBut(this.onDisk);
+        if (current()) await this.o.store.dropChangesThrough(seq);
+      } catch (err) {
+        // The files and the journal entries left are removed after a later commit, or at the next open.
+        this.o.log.warn({ dir: this.o.dir, seq, err: (err as Error).message }, 'could not tidy up after an index checkpoint');
+      }
+      this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, committedMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');
+    };
+    this.settling = this.settling.then(settle);
+    return { bytes, settled: this.settling };
   }
 
   /**
@@ -469,9 +511,11 @@ export class PersistedIndex extends SearchIndexBinding {
     // At once: a merge running now must not swap or commit anything of the old data.
     this.generation++;
     return this.lock.run(async () => {
+      await this.settling;
       this.index = this.watched(new SegmentedIndex(this.o.schema));
       this.dirty = false;
       this.committed = undefined;
+      this.onDisk = new Set();
       await this.removeFilesBut(new Set(), false);
     });
   }
@@ -481,6 +525,7 @@ export class PersistedIndex extends SearchIndexBinding {
     this.generation++;
     await this.merging;
     const bytes = await this.checkpoint();
+    await this.settling;
     this.closed = true;
     return bytes;
   }

@@ -3,6 +3,11 @@
 // more of CPU for tens of thousands of documents, during which a node on one thread would answer
 // nothing and write no checkpoint.
 //
+// A checkpoint's files are written off the event loop too (CheckpointFiles, on a second thread
+// of the node so that they never wait behind a merge): encoding a segment, its writes and syncs,
+// then the commit's, are a dozen steps that on a busy event loop would each wait behind the
+// batches queued there, hundreds of milliseconds in all during which a crash replays more.
+//
 // A merge is described by files, not by objects (MergeJob): each source's segment file and the
 // ids deleted from it since it was written. mergeSegmentFiles loads them, combines their live
 // documents (src/index/merge-segments.ts) and writes the result; MergeThread runs it in a worker
@@ -14,7 +19,18 @@ import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
-import { loadSegment, mergeStates, parseSchema, SegmentProblem, writeSegment, type CollectionSchema } from '../index/index.js';
+import {
+  loadSegment,
+  mergeStates,
+  parseSchema,
+  SegmentProblem,
+  writeCommit,
+  writeSegment,
+  type CollectionSchema,
+  type CommitInfo,
+  type SegmentInfo,
+  type ShardIndexState,
+} from '../index/index.js';
 
 /** One merge: the sources' files (each with the ids deleted from it since), the file to write. */
 export interface MergeJob {
@@ -56,23 +72,51 @@ export async function mergeSegmentFiles(job: MergeJob, schema: CollectionSchema)
   return writeSegment(job.out, mergeStates(states), { seq: job.seq, fingerprint: job.fingerprint });
 }
 
-/** Merges in the calling thread. */
-export const IN_THREAD: SegmentMerger = { merge: mergeSegmentFiles };
+/** A checkpoint's files: its new segments (each written and synced), then the commit naming them. */
+export interface CheckpointFiles {
+  readonly segments: ReadonlyArray<{ readonly path: string; readonly state: ShardIndexState }>;
+  /** What every new segment file records. */
+  readonly info: SegmentInfo;
+  readonly commitPath: string;
+  readonly commit: CommitInfo;
+}
 
-/** What the worker answers for a job. */
-export type MergeReply = { readonly id: number; readonly bytes: number } | { readonly id: number; readonly error: string; readonly damaged: boolean };
+/** Writes checkpoints' files; resolves each segment file's bytes, then the commit's. */
+export interface CheckpointWriter {
+  writeCheckpoint(files: CheckpointFiles): Promise<{ readonly segments: number[]; readonly commit: number }>;
+}
+
+/** Writes `files` in order: the segments, then the commit (which syncs the directory). */
+export async function writeCheckpointFiles(files: CheckpointFiles): Promise<{ segments: number[]; commit: number }> {
+  const segments: number[] = [];
+  for (const { path, state } of files.segments) segments.push(await writeSegment(path, state, files.info));
+  return { segments, commit: await writeCommit(files.commitPath, files.commit) };
+}
+
+/** Merges and writes checkpoints in the calling thread. */
+export const IN_THREAD: SegmentMerger & CheckpointWriter = { merge: mergeSegmentFiles, writeCheckpoint: writeCheckpointFiles };
+
+/** What the worker is sent: a merge, or a checkpoint's files. */
+export type SegmentTask = { readonly id: number; readonly job: MergeJob } | { readonly id: number; readonly checkpoint: CheckpointFiles };
+
+/** What the worker answers for a task. */
+export type MergeReply =
+  | { readonly id: number; readonly bytes: number }
+  | { readonly id: number; readonly written: { readonly segments: number[]; readonly commit: number } }
+  | { readonly id: number; readonly error: string; readonly damaged: boolean };
 
 const WORKER_URL = new URL('./merge-worker.js', import.meta.url);
 /** A worker idle this long ends (its heap held the last merge's decoded postings). */
 const DEFAULT_IDLE_MS = 30_000;
 
 /**
- * A node's merge thread: a worker started at the first merge, running the jobs of every replica
- * of the node one at a time (the node's other core, not its event loop), ended once idle.
+ * A node's merge thread: a worker started at the first task, running the tasks of every replica
+ * of the node one at a time (the node's other core, not its event loop), ended once idle. A node
+ * runs two: one for merges, one for checkpoints' files.
  */
-export class MergeThread implements SegmentMerger {
+export class MergeThread implements SegmentMerger, CheckpointWriter {
   private worker: Worker | undefined;
-  private readonly pending = new Map<number, { resolve: (bytes: number) => void; reject: (err: Error) => void }>();
+  private readonly pending = new Map<number, { resolve: (reply: MergeReply) => void; reject: (err: Error) => void }>();
   private nextId = 1;
   private idleTimer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -91,15 +135,25 @@ export class MergeThread implements SegmentMerger {
 
   /** The worker reads the schema from `job.fingerprint`, which schemaFingerprint must have made. */
   merge(job: MergeJob, schema: CollectionSchema): Promise<number> {
+    if (!MergeThread.available && !this.closed) return IN_THREAD.merge(job, schema);
+    return this.run((id) => ({ id, job })).then((reply) => ('bytes' in reply ? reply.bytes : 0));
+  }
+
+  /** The segments' states are copied to the worker (structured clone): the caller's stay as they are. */
+  writeCheckpoint(files: CheckpointFiles): Promise<{ segments: number[]; commit: number }> {
+    if (!MergeThread.available && !this.closed) return IN_THREAD.writeCheckpoint(files);
+    return this.run((id) => ({ id, checkpoint: files })).then((reply) => ('written' in reply ? reply.written : { segments: [], commit: 0 }));
+  }
+
+  private run(task: (id: number) => SegmentTask): Promise<MergeReply> {
     if (this.closed) return Promise.reject(new Error('the merge thread is closed'));
-    if (!MergeThread.available) return IN_THREAD.merge(job, schema);
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.idleTimer = undefined;
     const worker = this.start();
     const id = this.nextId++;
-    return new Promise<number>((resolve, reject) => {
+    return new Promise<MergeReply>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      worker.postMessage({ id, job });
+      worker.postMessage(task(id));
     });
   }
 
@@ -118,8 +172,8 @@ export class MergeThread implements SegmentMerger {
       const p = this.pending.get(reply.id);
       if (p === undefined) return;
       this.pending.delete(reply.id);
-      if ('bytes' in reply) p.resolve(reply.bytes);
-      else p.reject(reply.damaged ? new SegmentProblem(reply.error) : new Error(reply.error));
+      if ('error' in reply) p.reject(reply.damaged ? new SegmentProblem(reply.error) : new Error(reply.error));
+      else p.resolve(reply);
       if (this.pending.size === 0 && !this.closed) {
         this.idleTimer = setTimeout(() => void this.stop(), this.o.idleMs ?? DEFAULT_IDLE_MS);
         this.idleTimer.unref();
@@ -142,7 +196,7 @@ export class MergeThread implements SegmentMerger {
   private failAll(worker: Worker, why: string): void {
     if (this.worker !== worker) return;
     this.worker = undefined;
-    if (this.pending.size > 0) this.o.log.warn({ jobs: this.pending.size, why }, 'merges were dropped');
+    if (this.pending.size > 0) this.o.log.warn({ tasks: this.pending.size, why }, 'merges or checkpoint writes were dropped');
     for (const p of this.pending.values()) p.reject(new Error(why));
     this.pending.clear();
   }

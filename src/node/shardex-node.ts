@@ -223,6 +223,8 @@ export class ShardexNode {
   private readonly mergeGate = new MergeGate(MERGE_HOLD_MAX_MS);
   /** The replicas' segment merges run here, off the event loop. */
   private readonly mergeThread: MergeThread;
+  /** The replicas' checkpoint files are written here, off the event loop (never behind a merge). */
+  private readonly checkpointThread: MergeThread;
   /** Replicas whose checkpoint check is running. */
   private readonly checkpointing = new Set<ShardReplica>();
   /** Each shard's term statistics by query, as this node last saw them coordinating a search. */
@@ -238,6 +240,7 @@ export class ShardexNode {
     this.name = opts.name;
     this.log = opts.logger.child({ node: opts.name });
     this.mergeThread = new MergeThread({ log: this.log });
+    this.checkpointThread = new MergeThread({ log: this.log });
     this.coordinator = opts.coordinator;
     collectDefaultMetrics({ register: this.metrics, prefix: 'shardex_' });
     const node = this;
@@ -514,6 +517,7 @@ export class ShardexNode {
         ...(this.o.checkpointPolicy && { policy: this.o.checkpointPolicy }),
         onSegmentWritten: () => this.m.segmentsWritten.inc({ replica: key }),
         merger: this.mergeThread,
+        writer: this.checkpointThread,
       },
       committed,
     );
@@ -1291,6 +1295,7 @@ export class ShardexNode {
     }
     this.replicas.clear();
     await this.mergeThread.close();
+    await this.checkpointThread.close();
     this.log.info('node stopped');
   }
 }
