@@ -212,6 +212,48 @@ describe('peer sync', () => {
     expect(await contents(replica)).toEqual([['a', V + 1, true]]);
   });
 
+  // A restarted deposed leader syncs from the leader of the moment, which hands its leadership
+  // over meanwhile: the sync stops after it stored that leader's newer entries, before it compared
+  // the replica's own. Those newer versions must not move the next sync's window above them.
+  it("still reverts a deposed leader's writes after a sync that stored newer entries and then stopped", async () => {
+    const at = (epoch: number, n: number): number => epochBase(epoch) + n;
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    const both = [{ id: 'a', version: at(2, 1), doc: { id: 'a', n: 1 } }];
+    await leader.apply(both);
+    await replica.apply(both);
+    // Epoch 3: the replica led, cut off, and stored writes nobody else got.
+    await replica.apply([{ id: 'stray', version: at(3, 1), doc: { id: 'stray', n: 2 } }, { id: 'a', version: at(3, 2), doc: { id: 'a', n: 3 } }]);
+    // Epochs 4 and 5: the leaders after it wrote on.
+    await leader.apply([{ id: 'b', version: at(4, 1), doc: { id: 'b', n: 4 } }]);
+    await leader.apply([{ id: 'c', version: at(5, 1), doc: { id: 'c', n: 5 } }]);
+
+    const first = sourceOf(leader, { entries: 0, versions: 0 });
+    const entries = first.entries;
+    first.entries = async (ids) => {
+      const got = await entries(ids);
+      // A newer leadership is announced once the leader's entries are stored, before convergence.
+      replica.step({ type: 'fromLeader', epoch: 6 });
+      return got;
+    };
+    await expect(syncFrom(replica, first, await first.info(), { valid: () => replica.fence <= 5 })).rejects.toMatchObject({ code: 'SHX_STALE_EPOCH' });
+    expect(await replica.store.versionOf('c')).toBe(at(5, 1));
+    expect(await replica.store.versionOf('stray')).toBe(at(3, 1));
+    expect(replica.store.syncFloor).toBeDefined();
+
+    // The next sync (the new leader holds the same log), after a restart of the replica too,
+    // still compares the epoch-3 writes.
+    await replica.store.close();
+    tmp.stores.splice(tmp.stores.indexOf(replica.store), 1);
+    const restarted = await replicaIn('replica');
+    const next = sourceOf(leader, { entries: 0, versions: 0 });
+    const report = await syncFrom(restarted, next, await next.info());
+    expect(report.reverted).toBe(2);
+    expect(await contents(restarted)).toEqual(await contents(leader));
+    expect(await holdsSameLog(restarted, next)).toBe(true);
+    expect(restarted.store.syncFloor).toBeUndefined();
+  });
+
   it('stores no page of a full copy once the replica has seen a newer leadership', async () => {
     const leader = await replicaIn('leader');
     const replica = await replicaIn('replica');

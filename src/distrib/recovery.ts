@@ -102,12 +102,19 @@ export function syncStart(localMax: number, earlierMax = 0): number {
   return Math.max(0, Math.min(start, earlierMax - REORDER_WINDOW));
 }
 
-/** syncStart() for the newest version `store` holds. */
+/**
+ * syncStart() for the newest version `store` holds, or where a peer sync still under way began
+ * if that is lower (the store's sync floor): a sync stopped part way (a newer leadership seen)
+ * may have stored the peer's newer entries, whose versions would move the window above writes of
+ * this replica (a deposed leader's) that it had not compared yet.
+ */
 export async function syncStartOf(store: ReplicaStore): Promise<number> {
   const localMax = store.maxVersion;
   const base = epochBase(epochOf(localMax));
   const earlier = localMax - REORDER_WINDOW < base ? await store.newestVersionBelow(base) : 0;
-  return syncStart(localMax, earlier);
+  const start = syncStart(localMax, earlier);
+  const floor = store.syncFloor;
+  return floor === undefined ? start : Math.min(start, floor);
 }
 
 /** True when the peer's log reaches back to `from` (nothing we may lack was trimmed). */
@@ -222,8 +229,11 @@ export async function syncFrom(replica: ShardReplica, source: SyncSource, info: 
   const localMax = replica.store.maxVersion;
   const from = await syncStartOf(replica.store);
   if (canPeerSync(localMax, from, info)) {
+    // Kept until the logs have converged (see syncStartOf).
+    await replica.store.setSyncFloor(from);
     const logs = await peerSync(replica, source, from, opts);
     const reverted = localMax === 0 ? 0 : await converge(replica, source, info, logs, opts);
+    await replica.store.setSyncFloor(undefined);
     const report = { method: 'peer-sync' as const, applied: logs.applied, copied: 0, reverted, compared: logs.compared };
     if (logs.compared === 0) return report;
     const onlyOurs = logs.ours.filter((v) => !logs.theirs.has(v)).length;

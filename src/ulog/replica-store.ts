@@ -138,6 +138,12 @@ const SUMS_END = SUMS + ':';
  * completes, whatever its term says (Solr keeps a recovering replica's term marked likewise).
  */
 const INCOMPLETE = 'm:incomplete';
+/**
+ * Present while a peer sync is under way: the version it compares the logs from (recovery.ts,
+ * syncStartOf). A sync stopped part way may have stored a newer leader's entries above writes of
+ * this replica's it had not compared yet; the next one starts no later than this one did.
+ */
+const SYNC_FLOOR = 'm:syncfloor';
 /** Tombstones by the time they were written: t<ms, 16 digits><id> -> version (for the purge). */
 const TOMB = 't';
 const tombKey = (at: number, id: string): string => TOMB + String(at).padStart(VERSION_WIDTH, '0') + id;
@@ -321,6 +327,8 @@ export class ReplicaStore {
   /** The journal was dropped up to here by this process (0: not yet). */
   private changesDropped = 0;
   private fenceEpoch = 0;
+  /** SYNC_FLOOR's value, if present. */
+  private floor: number | undefined;
   private durability: Durability;
   private readonly onWrite: ((w: StoreWrite) => void) | undefined;
   /** Applies waiting for the batch in flight to finish: they go to disk together next. */
@@ -415,6 +423,8 @@ export class ReplicaStore {
     if (c !== undefined) this.commitPoint = JSON.parse(c) as CommitPoint;
     const f = await this.db.get(FENCE);
     if (f !== undefined) this.fenceEpoch = Number(f);
+    const floor = await this.db.get(SYNC_FLOOR);
+    if (floor !== undefined) this.floor = Number(floor);
     const n = await this.db.get(COUNT);
     if (n !== undefined) this.liveDocs = Number(n);
     const seq = await this.db.get(SEQ);
@@ -461,6 +471,19 @@ export class ReplicaStore {
   async markIncomplete(): Promise<void> {
     await this.db.put(INCOMPLETE, '1', { sync: true });
     this.isIncomplete = true;
+  }
+
+  /** The version the peer sync under way compares the logs from (SYNC_FLOOR); undefined when none is. */
+  get syncFloor(): number | undefined {
+    return this.floor;
+  }
+
+  /** Records, synced, where the peer sync about to run compares from; undefined once it has converged. */
+  async setSyncFloor(version: number | undefined): Promise<void> {
+    if (version === this.floor) return;
+    if (version === undefined) await this.db.del(SYNC_FLOOR, { sync: true });
+    else await this.db.put(SYNC_FLOOR, String(version), { sync: true });
+    this.floor = version;
   }
 
   /** Records that a recovery made the data a whole copy of the shard's. */
@@ -1236,6 +1259,8 @@ export class ReplicaStore {
     this.durableMax = 0;
     this.commitPoint = undefined;
     this.trimmed = 0;
+    // An empty store holds no write of its own to compare.
+    this.floor = undefined;
     // The fence and the format survive a reset: a full copy does not make older leaders acceptable.
     await writeBatch(
       this.db,
