@@ -349,6 +349,21 @@ describe('a replica index on disk', () => {
     expect(before).toEqual(await expected());
   });
 
+  it("leaves the commit's temporary file alone after a commit: the next checkpoint may be writing it", async () => {
+    const { replica, index } = await openReplica();
+    await replica.apply([put(1), put(2)]);
+    expect(await index.maybeCheckpoint(Date.now() + 1_000)).toBe(true);
+    // The next checkpoint's commit, half written, while the work after the last commit runs.
+    const tmpCommit = join(tmp.dir, `${COMMIT_FILE}.tmp`);
+    await writeFile(tmpCommit, 'being written');
+    await index.settled();
+    expect(await readFile(tmpCommit, 'utf8')).toBe('being written');
+    // The next commit replaces it, whole.
+    await replica.apply([put(3)]);
+    expect(await index.checkpoint()).toBeGreaterThan(0);
+    expect((await readdir(tmp.dir)).filter((n) => n.startsWith(COMMIT_FILE))).toEqual([COMMIT_FILE]);
+  });
+
   /** Runs `body` on a replica whose index reads Date.now() from `clock.now` (the checkpoint policy's ages). */
   async function onClock(
     options: (clock: { now: number }) => Pick<PersistedIndexOptions, 'policy' | 'onSegmentWritten'>,

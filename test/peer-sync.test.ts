@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { holdsSameLog, syncFrom, type PeerLogInfo, type SyncSource } from '../src/distrib/recovery.js';
+import { holdsSameLog, syncFrom, syncStartOf, type PeerLogInfo, type SyncSource } from '../src/distrib/recovery.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { epochBase } from '../src/distrib/shard-state.js';
 import { ReplicaStore, type StoredEntry, type UpdateOp } from '../src/ulog/index.js';
@@ -252,6 +252,60 @@ describe('peer sync', () => {
     expect(await contents(restarted)).toEqual(await contents(leader));
     expect(await holdsSameLog(restarted, next)).toBe(true);
     expect(restarted.store.syncFloor).toBeUndefined();
+  });
+
+  // A recovering replica applies the leader's new updates as they come, while it syncs: their
+  // versions, far above what it lacks once the leader has written 50,000 of them in its epoch,
+  // must not move the window (the node fixes the floor before the leader sends it any).
+  it('fetches what the replica lacks below updates it applied during its recovery, from the floor fixed at its start', async () => {
+    const at = (n: number): number => epochBase(1) + n;
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    const x = { id: 'x', version: at(1), doc: { id: 'x', n: 1 } };
+    await leader.apply([x]);
+    await replica.apply([x]);
+    // Written while the replica was down.
+    await leader.apply([{ id: 'a', version: at(10), doc: { id: 'a', n: 2 } }, { id: 'b', version: at(20), doc: { id: 'b', n: 3 } }]);
+    // The recovery begins (recover() fixes the floor), then an update the leader sends it lands.
+    await replica.store.setSyncFloor(await syncStartOf(replica.store));
+    const late = { id: 'c', version: at(60_000), doc: { id: 'c', n: 4 } };
+    await leader.apply([late]);
+    await replica.apply([late]);
+    const source = sourceOf(leader, { entries: 0, versions: 0 });
+    const report = await syncFrom(replica, source, await source.info());
+    expect(report.applied).toBe(2);
+    expect(await contents(replica)).toEqual(await contents(leader));
+    expect(replica.store.syncFloor).toBeUndefined();
+  });
+
+  it('copies again after a full copy stopped part way, whatever updates landed since', async () => {
+    const at = (n: number): number => epochBase(1) + n;
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    await leader.apply(Array.from({ length: 26 }, (_, i) => ({ id: `d${String.fromCharCode(97 + i)}`, version: at(i + 1), doc: { id: `d${i}`, n: i } })));
+    const source = sourceOf(leader, { entries: 0, versions: 0 });
+    // The leader's log no longer reaches back: a full copy, in two chunks; a newer leadership is heard after the first.
+    const copyAll = source.copy;
+    source.copy = async function* () {
+      for await (const chunk of copyAll()) {
+        yield chunk.slice(0, 13);
+        replica.step({ type: 'fromLeader', epoch: 2 });
+        yield chunk.slice(13);
+      }
+    };
+    const info = { ...(await source.info()), trimmedThrough: at(10) };
+    await expect(syncFrom(replica, source, info, { valid: () => replica.fence <= 1 })).rejects.toMatchObject({ code: 'SHX_STALE_EPOCH' });
+    expect(replica.store.docCount).toBe(13);
+    expect(replica.store.syncFloor).toBe(0);
+    // An update the leader sends meanwhile, far above the copied versions.
+    const late = { id: 'late', version: at(60_000), doc: { id: 'late', n: 99 } };
+    await leader.apply([late]);
+    await replica.apply([late]);
+    source.copy = copyAll;
+    const report = await syncFrom(replica, source, { ...(await source.info()), trimmedThrough: at(10) });
+    expect(report.method).toBe('full-copy');
+    expect(await contents(replica)).toEqual(await contents(leader));
+    expect(replica.store.syncFloor).toBeUndefined();
   });
 
   it('stores no page of a full copy once the replica has seen a newer leadership', async () => {

@@ -345,7 +345,7 @@ export class PersistedIndex extends SearchIndexBinding {
    * a later commit removes their names. The caller closes every handle.
    */
   openCommitted(point: CommitPoint): Promise<CommittedSegments | undefined> {
-    // Under the lock: no checkpoint removes a file between the check and the opens.
+    // Under the lock, and the files of `committed` are never removed while it names them.
     return this.lock.run(async () => {
       const c = this.committed;
       if (this.closed || !c || c.point.version !== point.version || c.point.at !== point.at) return undefined;
@@ -395,6 +395,8 @@ export class PersistedIndex extends SearchIndexBinding {
     const captureMs = Math.round(performance.now() - t0);
     const named = segments.map(({ segment, deleted }) => ({ name: segment.name, deleted: first(segment.deleted, deleted) }));
     const fresh = segments.flatMap(({ segment, state }) => (state === undefined ? [] : [{ segment, state }]));
+    // A clear, a close or a rebuild from here on makes the work after the commit theirs.
+    const generation = this.generation;
     let sizes: { segments: number[]; commit: number };
     try {
       sizes = await (this.o.writer ?? IN_THREAD).writeCheckpoint({
@@ -418,19 +420,21 @@ export class PersistedIndex extends SearchIndexBinding {
     // A busy node's checkpoint can take most of a second: counted from its capture, the journal a
     // crash leaves to replay stays near maxAgeMs of changes rather than that plus the write.
     this.lastCheckpointAt = at;
-    const generation = this.generation;
+    // Only the segments: the exported states are not kept while the work after the commit waits.
+    const written = fresh.map(({ segment }) => segment);
+    const count = segments.length;
     const settle = async (): Promise<void> => {
       // A clear, a close or a rebuild since: their own work replaces this one's.
       const current = (): boolean => this.generation === generation && !this.closed;
       try {
-        for (const { segment } of fresh) if (current()) await this.serveFromFile(segment);
+        for (const segment of written) if (current()) await this.serveFromFile(segment);
         if (current()) await this.removeFilesBut(this.onDisk);
         if (current()) await this.o.store.dropChangesThrough(seq);
       } catch (err) {
         // The files and the journal entries left are removed after a later commit, or at the next open.
         this.o.log.warn({ dir: this.o.dir, seq, err: (err as Error).message }, 'could not tidy up after an index checkpoint');
       }
-      this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: segments.length, captureMs, committedMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');
+      this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: count, captureMs, committedMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');
     };
     this.settling = this.settling.then(settle);
     return { bytes, settled: this.settling };
@@ -624,7 +628,8 @@ export class PersistedIndex extends SearchIndexBinding {
     }
     for (const name of names) {
       const base = name.endsWith('.tmp') ? name.slice(0, -4) : name;
-      if (!isIndexFile(name) || keep.has(name) || live.has(base) || this.inProgress.has(base) || (keepCommit && name === COMMIT_FILE)) continue;
+      // The commit's temporary too: a checkpoint may be writing it now (the removal runs outside the lock).
+      if (!isIndexFile(name) || keep.has(name) || live.has(base) || this.inProgress.has(base) || (keepCommit && base === COMMIT_FILE)) continue;
       await rm(join(this.o.dir, name), { force: true });
     }
   }

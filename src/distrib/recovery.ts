@@ -241,6 +241,9 @@ export async function syncFrom(replica: ShardReplica, source: SyncSource, info: 
   }
   assertValid(opts);
   await replica.reset();
+  // A copy stopped part way is not finished by a sync of the newest versions: the next one
+  // compares from the start (and copies again when the peer's log no longer reaches back).
+  await replica.store.setSyncFloor(0);
   let copied = 0;
   for await (const chunk of source.copy()) {
     assertValid(opts);
@@ -250,5 +253,6 @@ export async function syncFrom(replica: ShardReplica, source: SyncSource, info: 
   }
   // Whatever landed at the peer while we copied is in its log after the copy's start.
   const { applied } = await peerSync(replica, source, syncStart(Math.min(info.maxVersion, replica.store.maxVersion)), opts);
+  await replica.store.setSyncFloor(undefined);
   return { method: 'full-copy', applied, copied, reverted: 0 };
 }

@@ -713,6 +713,8 @@ export class ShardexNode {
       () => this.m.commits.inc({ replica: replica.key }),
       (err: Error) => this.log.warn({ replica: replica.key, err: err.message }, 'could not record the new leadership\'s commit point'),
     );
+    // Its log is now the one the others compare with: a sync it had begun as a follower is over.
+    await replica.store.setSyncFloor(undefined).catch(() => undefined);
     this.perform(replica, replica.step({ type: 'ready', epoch }));
     if (replica.role === 'leader') await this.coordinator.setReplicaState(replica.collection, replica.shard, this.name, 'active').catch(() => undefined);
     // A replica elected while a fitter one should lead (at creation, or after failover) hands over.
@@ -745,6 +747,10 @@ export class ShardexNode {
           if (probe.leading !== true) throw new ShardexError('SHX_NOT_LEADER', `${leader} does not lead ${replica.key} yet`);
           const t0 = performance.now();
           replica.step({ type: 'recoveryStarted' });
+          // Where the sync will compare the logs from, fixed before the leader sends this replica
+          // any update (it applies them as they come): their versions must not move the sync's
+          // window above what this replica lacks, or above its own unacknowledged writes.
+          await replica.store.setSyncFloor(await syncStartOf(replica.store));
           await this.coordinator.setReplicaState(collection, shard, this.name, 'recovering');
           // The leader learns of the new state by its watch: asked again shortly until it has.
           const info = await this.infoUntil(source, (i) => i.replicaState !== 'down', current, SEE_RECOVERING_POLLS);

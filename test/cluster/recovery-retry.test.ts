@@ -96,3 +96,23 @@ describe('recovery and a leader that marks the replica down meanwhile', () => {
     expect((await replica.store.getMany(['before', 'meanwhile-1', 'meanwhile-2'])).map((e) => e?.doc !== null && e !== undefined)).toEqual([true, true, true]);
   });
 });
+
+describe('recovery and where its sync compares from', () => {
+  it('fixes it before the leader may send the replica updates, and clears it once the replica has converged', async () => {
+    const { follower } = await twoNodes();
+    const replica = follower.replica(C, 'shard1')!;
+    expect(replica.store.syncFloor).toBeUndefined();
+    // The first call to the leader (does it lead?) passes; the next (does it see the replica
+    // recovering?) fails: each attempt stops after it published `recovering`.
+    let calls = 0;
+    let failing = true;
+    failVersions(follower, () => failing && ++calls > 1);
+    const recovering = follower.recover(replica);
+    await pollUntil('the sync floor fixed as the recovery began', () => (replica.store.syncFloor !== undefined ? true : undefined), { ms: 20_000, everyMs: 10 });
+    expect(replica.recovering).toBe(true);
+    failing = false;
+    await recovering;
+    expect(replica.store.syncFloor).toBeUndefined();
+    expect(follower.coordinator.collection(C)!.shards[0]!.replicas.find((r) => r.node === follower.name)?.state).toBe('active');
+  });
+});
