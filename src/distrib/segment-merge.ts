@@ -136,13 +136,19 @@ export class MergeThread implements SegmentMerger, CheckpointWriter {
   /** The worker reads the schema from `job.fingerprint`, which schemaFingerprint must have made. */
   merge(job: MergeJob, schema: CollectionSchema): Promise<number> {
     if (!MergeThread.available && !this.closed) return IN_THREAD.merge(job, schema);
-    return this.run((id) => ({ id, job })).then((reply) => ('bytes' in reply ? reply.bytes : 0));
+    return this.run((id) => ({ id, job })).then((reply) => {
+      if ('bytes' in reply) return reply.bytes;
+      throw new Error('the merge thread answered a merge as a checkpoint write');
+    });
   }
 
   /** The segments' states are copied to the worker (structured clone): the caller's stay as they are. */
   writeCheckpoint(files: CheckpointFiles): Promise<{ segments: number[]; commit: number }> {
     if (!MergeThread.available && !this.closed) return IN_THREAD.writeCheckpoint(files);
-    return this.run((id) => ({ id, checkpoint: files })).then((reply) => ('written' in reply ? reply.written : { segments: [], commit: 0 }));
+    return this.run((id) => ({ id, checkpoint: files })).then((reply) => {
+      if ('written' in reply) return reply.written;
+      throw new Error('the merge thread answered a checkpoint write as a merge');
+    });
   }
 
   private run(task: (id: number) => SegmentTask): Promise<MergeReply> {
