@@ -265,6 +265,7 @@ export class PersistedIndex extends SearchIndexBinding {
    */
   async maybeCheckpoint(now = Date.now(), { byAge = true, merge = true }: { byAge?: boolean; merge?: boolean } = {}): Promise<boolean> {
     let wrote = false;
+    if (this.closed) return false;
     if (this.hasWork()) {
       const old = byAge && now - this.lastCheckpointAt >= this.policy.maxAgeMs;
       if (this.index.unsealedChanges >= this.policy.maxChanges || old || this.dirty || this.hasUnwritten()) {
@@ -446,6 +447,7 @@ export class PersistedIndex extends SearchIndexBinding {
    * in, and committed. Resolves whether it merged.
    */
   merge(): Promise<boolean> {
+    if (this.closed) return Promise.resolve(false);
     const generation = this.generation;
     this.merging ??= this.runMerge(generation)
       .catch((err: Error) => {
@@ -532,6 +534,19 @@ export class PersistedIndex extends SearchIndexBinding {
     await this.settling;
     this.closed = true;
     return bytes;
+  }
+
+  /**
+   * Stops for good without writing anything more: the replica's files are about to be removed.
+   * Resolves once a checkpoint, a merge, a rebuild or the tidy-up after a commit that was running
+   * is done, so that none of them writes into a directory being deleted.
+   */
+  async discard(): Promise<void> {
+    this.generation++;
+    await this.lock.run(async () => {
+      this.closed = true;
+    });
+    await Promise.all([this.merging, this.rebuilding, this.settling]);
   }
 
   private hasUnwritten(): boolean {

@@ -445,6 +445,8 @@ export class ShardexNode {
       if (wanted.has(key)) continue;
       this.replicas.delete(key);
       await this.coordinator.leaveElection(replica.collection, replica.shard);
+      // A checkpoint or merge still running would write into the directory removed below.
+      if (replica.index instanceof PersistedIndex) await replica.index.discard();
       await replica.store.close();
       await rm(this.replicaDir(replica.collection, replica.shard), { recursive: true, force: true });
       this.log.info({ replica: key }, 'replica removed');
