@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { describe, expect, it, vi } from 'vitest';
 import { COMMIT_FILE, isIndexFile, isSegmentFile, loadSegments, PersistedIndex, type PersistedIndexOptions } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
-import { IN_THREAD, type MergeJob } from '../src/distrib/segment-merge.js';
+import { IN_THREAD, writeCheckpointFiles, type CheckpointWriter, type MergeJob } from '../src/distrib/segment-merge.js';
 import { decodeSegment, encodeSegment, LAZY_SECTION_BYTES, parseSchema, SegmentedIndex, ShardIndex, type SearchRequest, type StoredDoc } from '../src/index/index.js';
 import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
 import { useTempStores } from './support/temp-stores.js';
@@ -46,7 +46,7 @@ const QUERIES: SearchRequest[] = [
 ];
 
 /** Each query's answer, or the error it gives (an empty index knows no field to sort by). */
-const results = (index: ShardIndex): unknown[] =>
+const results = (index: ShardIndex | SegmentedIndex): unknown[] =>
   QUERIES.map((q) => {
     try {
       return index.search(q);
@@ -113,7 +113,7 @@ describe('a replica index on disk', () => {
     fingerprint = FINGERPRINT,
     ahead = false,
     dir = tmp.dir,
-    more: Pick<Partial<PersistedIndexOptions>, 'policy' | 'log' | 'merger'> = {},
+    more: Pick<Partial<PersistedIndexOptions>, 'policy' | 'log' | 'merger' | 'writer'> = {},
   ): Promise<{ replica: ShardReplica; index: PersistedIndex; report: Awaited<ReturnType<typeof PersistedIndex.open>>['report'] }> {
     const committed = ahead ? PersistedIndex.readCommitted({ dir, schema, fingerprint }) : undefined;
     const store = await ReplicaStore.open(dir);
@@ -347,6 +347,32 @@ describe('a replica index on disk', () => {
     expect(again.report).toMatchObject({ method: 'loaded', replayed: 0 });
     expect(results(again.index.index)).toEqual(before);
     expect(before).toEqual(await expected());
+  });
+
+  it('discards without writing: waits for the checkpoint running, and writes nothing after (the replica is being removed)', async () => {
+    // The checkpoint's files are written once released.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const writer: CheckpointWriter = { writeCheckpoint: async (files) => held.then(() => writeCheckpointFiles(files)) };
+    const { replica, index } = await openReplica(FINGERPRINT, false, tmp.dir, { writer });
+    const store = stores[0]!;
+    await replica.apply([put(1), put(2)]);
+    const running = index.maybeCheckpoint(Date.now() + 1_000);
+    let discarded = false;
+    const discarding = index.discard().then(() => (discarded = true));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(discarded).toBe(false);
+    release();
+    await discarding;
+    expect(await running).toBe(true);
+    // The tidy-up after that commit was dropped (the journal is not trimmed): the directory goes next.
+    expect(await store.changedSince(0)).toEqual(['d1', 'd2']);
+    const files = (await readdir(tmp.dir)).sort();
+    await replica.apply([put(3)]);
+    expect(await index.maybeCheckpoint(Date.now() + 10_000)).toBe(false);
+    expect(await index.checkpoint()).toBe(0);
+    expect(await index.merge()).toBe(false);
+    expect((await readdir(tmp.dir)).sort()).toEqual(files);
   });
 
   it("leaves the commit's temporary file alone after a commit: the next checkpoint may be writing it", async () => {
