@@ -10,14 +10,15 @@
 
 import { ShardexError } from './errors.js';
 
-export interface CorpusDoc {
+// A type, not an interface: a generated document is a StoredDoc (a record of its fields) as it is.
+export type CorpusDoc = {
   id: string;
   title: string;
   body: string;
   category: string;
   price: number;
   ts: string;
-}
+};
 
 export interface CorpusOptions {
   /** Number of documents. */

@@ -182,7 +182,12 @@ describe('the keys file', () => {
     try {
       await expect(loadApiKeys(join(dir, 'absent.json'))).rejects.toThrow(/cannot read the API keys file .*absent\.json \(--api-keys\)/);
       await writeFile(join(dir, 'bad.json'), 'SECRET-KEY-PASTED-HERE');
-      const err = await loadApiKeys(join(dir, 'bad.json')).catch((e: Error) => e);
+      const err = await loadApiKeys(join(dir, 'bad.json')).then(
+        () => {
+          throw new Error('a file that is not JSON was accepted');
+        },
+        (e: Error) => e,
+      );
       expect(err.message).toContain('is not valid JSON');
       expect(err.message).not.toContain('SECRET');
       await writeFile(join(dir, 'good.json'), JSON.stringify([good]));

@@ -6,7 +6,7 @@ import { Deadline } from '../src/distrib/deadline.js';
 import type { NodeInfo } from '../src/coordination/index.js';
 import { ShardexError } from '../src/errors.js';
 import { EventualRouter } from '../src/read/eventual.js';
-import { DEFAULT_READ_TIMEOUT_MS, ReadPath, ReaderSelector } from '../src/read/index.js';
+import { DEFAULT_READ_TIMEOUT_MS, ReadPath, ReaderSelector, type ServedBy } from '../src/read/index.js';
 import type { EventualOptions } from '../src/read/snapshot-reader.js';
 
 const reader = (name: string): NodeInfo => ({ name, http: '', grpc: '', role: 'reader' });
@@ -62,7 +62,7 @@ describe('later search phases on a reader', () => {
       if (s.kind === 'fetch' && s.node === first) return new ShardexError('SHX_BUSY', 'reader busy');
       return { snapshot: snapshotOf[s.node], result: [{ id: 'a' }] };
     });
-    const servedBy: Record<string, unknown> = {};
+    const servedBy: Record<string, ServedBy> = {};
     const [s1] = path.searchers('c', ['shard1'], { consistency: 'eventual' }, servedBy);
     await s1!.stats({});
     const docs = await s1!.fetch(['a'], undefined);
@@ -82,7 +82,7 @@ describe('later search phases on a reader', () => {
       if (s.kind === 'query' && s.node === first) return new ShardexError('SHX_UNAVAILABLE', 'node is shutting down');
       return { snapshot: 5, result: {} };
     });
-    const servedBy: Record<string, unknown> = {};
+    const servedBy: Record<string, ServedBy> = {};
     const [s1] = path.searchers('c', ['shard1'], { consistency: 'eventual' }, servedBy);
     await s1!.stats({});
     await s1!.query({}, {} as never);

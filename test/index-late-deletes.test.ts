@@ -46,8 +46,8 @@ function expectAsRebuilt(got: ShardIndex, live: ReadonlyMap<string, StoredDoc>):
   for (const [id, doc] of [...live].sort(([a], [b]) => (a < b ? -1 : 1))) want.add(id, doc);
   expect(got.size).toBe(want.size);
   for (const q of QUERIES) {
-    expect(got.collectStats(q), q.q).toEqual(want.collectStats(q));
-    expect(got.search(q), q.q).toEqual(want.search(q));
+    expect(got.collectStats(q), JSON.stringify(q.q)).toEqual(want.collectStats(q));
+    expect(got.search(q), JSON.stringify(q.q)).toEqual(want.search(q));
   }
 }
 

@@ -40,7 +40,7 @@ const get = (ids: string[]) => ({ collection: 'c', shard: 'shard1', ids });
 function rawClient(address: string): grpc.Client & Record<'calls' | 'updates', () => grpc.ClientDuplexStream<unknown, unknown>> {
   const pkg = protoLoader.loadSync(fileURLToPath(new URL('../proto/shardex.proto', import.meta.url)), { keepCase: false, longs: Number, defaults: true });
   const { Shardex } = (grpc.loadPackageDefinition(pkg) as unknown as { shardex: { Shardex: grpc.ServiceClientConstructor } }).shardex;
-  return new Shardex(address, grpc.credentials.createInsecure()) as grpc.Client & Record<'calls' | 'updates', () => grpc.ClientDuplexStream<unknown, unknown>>;
+  return new Shardex(address, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<'calls' | 'updates', () => grpc.ClientDuplexStream<unknown, unknown>>;
 }
 
 /** A handler answer that waits for `release(q)`: lets a test decide the order in which reads end. */

@@ -15,7 +15,7 @@ import { useTempStores } from './support/temp-stores.js';
 
 const tmp = useTempStores('store-invariants');
 
-type Step = { kind: 'apply'; versions: number[] } | { kind: 'reconcile'; version: number } | { kind: 'drop' | 'record'; versions: number[] } | { kind: 'pause' };
+type Step = { kind: 'apply'; versions: number[] } | { kind: 'reconcile'; version: number } | { kind: 'drop'; versions: number[] } | { kind: 'record'; versions: number[] } | { kind: 'pause' };
 
 // Spread over several of the log's sum buckets (log-sums.ts, 4,096 versions each), so that a
 // digest reads the persisted sums of whole buckets, not only the keys of its edges.

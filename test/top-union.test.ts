@@ -333,7 +333,7 @@ describe('trackTotalHits', () => {
     for (const h of before.hits) byPrice.delete(h.id);
     const deleted = byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5, trackTotalHits: 100 });
     expect(deleted.hits).toEqual(byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5 }).hits);
-    expect(deleted.hits[0]!.sortValues).toEqual([before.hits[4]!.sortValues[0]! - 1]);
+    expect(deleted.hits[0]!.sortValues).toEqual([(before.hits[4]!.sortValues[0] as number) - 1]);
     byPrice.add('late', { title: 'lamp', price: 19_999.5 });
     const after = byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5, trackTotalHits: 100 });
     expect(after.hits).toEqual(byPrice.search({ q: 'lamp', sort: 'price desc', limit: 5 }).hits);

@@ -17,7 +17,7 @@ const state: CollectionState = {
   numShards: 1,
   replicationFactor: 2,
   router: 'compositeId',
-  shards: partitionRange(1).map((r) => ({ name: r.name, range: formatRange(r), replicas: [{ node: 'n1', state: 'active' }, { node: 'n2', state: 'active' }] })),
+  shards: partitionRange(1).map((r) => ({ name: r.name, range: formatRange(r), replicas: [{ node: 'n1', state: 'active', type: 'leader-eligible' }, { node: 'n2', state: 'active', type: 'leader-eligible' }] })),
 };
 
 /** n1 receives updates; the coordinator lists n2 as the leader, and n2 never answers (or `send` says). */

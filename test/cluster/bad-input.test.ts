@@ -3,7 +3,7 @@
 // on every replica of the cluster (live docs and newest version, read in-process from the
 // dev cluster), on the known documents (read back over HTTP) and on the collection list;
 // ids of a rejected batch must then be unknown.
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clusterView, http, startCluster, type HttpResult, type TestCluster } from '../support/cluster.js';
 
 const C = 'bi';

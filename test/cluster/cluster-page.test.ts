@@ -1,3 +1,4 @@
+/// <reference lib="dom" />
 // Issue 13, the cluster page: GET / in real headless Chromium (Debian's, driven by playwright-core)
 // against a running cluster with API keys on. The page asks for a key, takes one typed into it or
 // from a #key= fragment, and shows each shard's range, its leader and its replicas' states and

@@ -2,7 +2,7 @@
 // leave leader and replicas identical. Several writers post (and now and then delete) the
 // same ids, each through its own node, at the same time; afterwards every replica of every
 // id holds the same document and _version_, and that is the newest acknowledged write. On the cluster `npm start` runs (each node in a worker thread).
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { routeId } from '../../src/hashrange/index.js';
 import { clusterView, http, startThreadedCluster, type ClusterView, type ThreadedTestCluster } from '../support/cluster.js';
 import { mulberry32 } from '../../src/corpus.js';

@@ -18,7 +18,7 @@ afterEach(async () => {
 /** Writes DOCS compressible documents to a one-node cluster, stops it, and measures its tables. */
 async function writtenTables(storeCompression: boolean | undefined): Promise<number> {
   // A 1 MiB write buffer: most of the ~7 MB written goes to table files while the node runs.
-  tc = await startCluster({ nodes: 1, collection: { name: C, numShards: 1, replicationFactor: 1 }, nodeOptions: { writeBufferMb: 1, ...(storeCompression !== undefined && { storeCompression }) } });
+  tc = await startCluster({ nodes: 1, collection: { name: C, numShards: 1, replicationFactor: 1, router: 'compositeId' }, nodeOptions: { writeBufferMb: 1, ...(storeCompression !== undefined && { storeCompression }) } });
   const body = 'the quick brown fox jumps over the lazy dog. '.repeat(25);
   for (let i = 0; i < DOCS; i += 500) {
     const batch = Array.from({ length: 500 }, (_, j) => ({ id: `d${i + j}`, body }));
