@@ -29,7 +29,7 @@ import {
   type DocCursor,
 } from './cursors.js';
 import type { CachedFilter, FilterCache } from './filter-cache.js';
-import { phraseFreq, topOfUnion, type TopUnion, type UnionClause } from './top-union.js';
+import { phraseFreq, TopK, topOfUnion, type TopUnion, type UnionClause } from './top-union.js';
 
 /** What the executor reads of an index. */
 export interface IndexView {
@@ -126,8 +126,12 @@ export class QueryExecutor {
    */
   topByScore(q: Query, filters: readonly Query[], k: number, countUpTo: number, idOf: (doc: number) => string, floor = -Infinity): TopUnion | null {
     const union = unionOfTermsAndPhrases(q);
+    if (union === null) {
+      const all = conjunctionOfTerms(q);
+      return all === null ? null : this.topTermConjunction(all, filters, k, idOf, floor);
+    }
     // Counted exactly, phrases read every match's positions anyway: matches() does that faster.
-    if (union === null || (countUpTo === Infinity && union.every((c) => c.kind === 'phrase'))) return null;
+    if (countUpTo === Infinity && union.every((c) => c.kind === 'phrase')) return null;
     const mask = filters.length === 0 ? null : this.filterMask(filters);
     if (filters.length > 0 && mask === null) return { total: 0, exact: true, docs: new Int32Array(0), scores: new Float64Array(0), scored: 0 };
     const clauses: UnionClause[] = [];
@@ -360,6 +364,54 @@ export class QueryExecutor {
    * rarer than the others).
    */
   private termConjunction(clauses: readonly TermQuery[], scoring: boolean, filters: readonly Query[]): Matches | null {
+    return this.conjunctionCandidates(clauses, scoring, filters, (touched, total, marks, n) => {
+      if (n === 0) return NO_MATCHES;
+      const maxDoc = this.ix.maxDoc;
+      const docs = new Int32Array(n);
+      const scores = scoring ? new Float64Array(n) : null;
+      if (n * 8 < maxDoc) {
+        docs.set(touched.subarray(0, n));
+        docs.sort();
+        if (scores !== null) for (let k = 0; k < n; k++) scores[k] = total[docs[k]];
+      } else {
+        // Many: a pass over the marks gives them in order (and reads the sums in order).
+        for (let d = 0, k = 0; k < n; d++) {
+          if (marks[d] !== 1) continue;
+          docs[k] = d;
+          if (scores !== null) scores[k] = total[d];
+          k++;
+        }
+      }
+      return { docs, scores, size: n };
+    });
+  }
+
+  /**
+   * The best `k` of termConjunction()'s matches by score (ties by id), and their exact count,
+   * taken from its candidates as they are: no list of every match is made in document order.
+   * Null when termConjunction() would be.
+   */
+  private topTermConjunction(clauses: readonly TermQuery[], filters: readonly Query[], k: number, idOf: (doc: number) => string, floor: number): TopUnion | null {
+    return this.conjunctionCandidates(clauses, true, filters, (touched, total, _marks, n) => {
+      const top = new TopK(k, idOf, floor);
+      for (let i = 0; i < n; i++) top.offer(touched[i], total[touched[i]]);
+      const { docs, scores } = top.sorted();
+      return { total: n, exact: true, docs, scores, scored: n };
+    });
+  }
+
+  /**
+   * termConjunction()'s work: calls `use` with the matches (the first `n` of `touched`, in no
+   * particular order, marked in `marks`, their scores in `total` by document) before the scratch
+   * goes back to the pool.
+   */
+  private conjunctionCandidates<R>(
+    clauses: readonly TermQuery[],
+    scoring: boolean,
+    filters: readonly Query[],
+    use: (touched: Int32Array, total: Float64Array, marks: Uint8Array, n: number) => R,
+  ): R | null {
+    const none = (): R => use(new Int32Array(0), new Float64Array(0), new Uint8Array(0), 0);
     const postings = clauses.map((c) => {
       let n = 0;
       for (const f of this.fieldsOf(c.field)) {
@@ -370,12 +422,12 @@ export class QueryExecutor {
     });
     let lead = 0;
     for (let i = 1; i < clauses.length; i++) if (postings[i] < postings[lead]) lead = i;
-    if (postings[lead] === 0) return NO_MATCHES;
+    if (postings[lead] === 0) return none();
     let others = 0;
     for (let i = 0; i < clauses.length; i++) if (i !== lead) others += postings[i];
     if (others > DENSE_CONJUNCTION_RATIO * postings[lead]) return null;
     const mask = filters.length === 0 ? null : this.filterMask(filters);
-    if (filters.length > 0 && mask === null) return NO_MATCHES;
+    if (filters.length > 0 && mask === null) return none();
     const pool = this.ix.accumulators;
     const maxDoc = this.ix.maxDoc;
     const into = (acc: Accumulator, c: TermQuery, only: Uint8Array | null): void => {
@@ -420,24 +472,7 @@ export class QueryExecutor {
         }
         cand.count = kept;
       }
-      const n = cand.count;
-      if (n === 0) return NO_MATCHES;
-      const docs = new Int32Array(n);
-      const scores = scoring ? new Float64Array(n) : null;
-      if (n * 8 < maxDoc) {
-        docs.set(touched.subarray(0, n));
-        docs.sort();
-        if (scores !== null) for (let k = 0; k < n; k++) scores[k] = total[docs[k]];
-      } else {
-        // Many: a pass over the marks gives them in order (and reads the sums in order).
-        for (let d = 0, k = 0; k < n; d++) {
-          if (marks[d] !== 1) continue;
-          docs[k] = d;
-          if (scores !== null) scores[k] = total[d];
-          k++;
-        }
-      }
-      return { docs, scores, size: n };
+      return use(touched, total, marks, cand.count);
     } finally {
       pool.release(cand);
       pool.release(scratch);

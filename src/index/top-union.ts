@@ -636,7 +636,7 @@ function advance(t: PhraseTerm, at: Int32Array, pos: Int32Array, j: number, targ
 }
 
 /** The best k (document, score) pairs seen: a bounded heap with the worst at its root. */
-class TopK {
+export class TopK {
   private readonly docs: Int32Array;
   private readonly scores: Float64Array;
   private size = 0;
