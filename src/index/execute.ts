@@ -108,6 +108,16 @@ export class QueryExecutor {
   /** A cursor over the matches of `q` among those of every filter (filters never add to scores). */
   filteredCursor(q: Query, filters: readonly Query[], scoring: boolean): DocCursor {
     const cached = scoring ? null : this.cachedQuery(q);
+    if (cached !== null && filters.length > 0) {
+      // Every part a cached bitset: one AND of the words, read by one cursor, rather than a
+      // conjunction that leapfrogs from match to match.
+      const mask = cached.count === 0 ? null : this.filterMask(filters);
+      if (mask === null) return EMPTY_CURSOR;
+      const n = Math.min(cached.bits.length, mask.length);
+      const both = new Uint32Array(n);
+      for (let w = 0; w < n; w++) both[w] = cached.bits[w] & mask[w];
+      return new BitsetCursor(both, cached.count, this.ix.live);
+    }
     const main = cached === null ? this.cursor(q, scoring) : cached.count === 0 ? EMPTY_CURSOR : new BitsetCursor(cached.bits, cached.count, this.ix.live);
     if (main === EMPTY_CURSOR || filters.length === 0) return main;
     const parts: DocCursor[] = [main];
