@@ -88,7 +88,8 @@ describe('the merge thread', () => {
     const thread = new M.MergeThread({ log: pino({ level: 'silent' }) });
     const seen: Array<number | undefined> = [];
     try {
-      const { replica, index, store, schema } = await openReplica(watched(thread, seen));
+      const lines: string[] = [];
+      const { replica, index, store, schema } = await openReplica(watched(thread, seen), lines);
       for (let b = 0; b < 5; b++) {
         await replica.apply(Array.from({ length: 200 }, (_, i) => put(b * 150 + i, b)));
         await index.checkpoint();
@@ -101,6 +102,9 @@ describe('the merge thread', () => {
       expect(seen).toHaveLength(1);
       expect(seen[0]).toBeDefined();
       expect(seen[0]).not.toBe(threadId);
+      // The log names the thread that wrote the merge (how a node's log shows its merges leave its event loop).
+      const merged = lines.map((l) => JSON.parse(l) as { msg: string; thread?: number }).filter((l) => l.msg === 'replica index segments merged');
+      expect(merged.map((l) => l.thread)).toEqual([seen[0]]);
       // Four sources became one; the fifth stays, and the merge's commit sealed the writes made meanwhile.
       expect(index.index.segments).toHaveLength(3);
       const answers = QUERIES.map((q) => index.index.search(q));
@@ -132,7 +136,8 @@ describe('the merge thread', () => {
       },
     };
     try {
-      const { replica, index, store, schema } = await openReplica(M.IN_THREAD, [], writer);
+      const lines: string[] = [];
+      const { replica, index, store, schema } = await openReplica(M.IN_THREAD, lines, writer);
       const here = async (files: import('../src/distrib/segment-merge.js').CheckpointFiles): Promise<void> => {
         // The same files written by this thread, beside the worker's: the same bytes.
         const mine = await M.IN_THREAD.writeCheckpoint({ ...files, segments: files.segments.map((f) => ({ ...f, path: `${f.path}.here` })), commitPath: `${files.commitPath}.here` });
@@ -151,6 +156,9 @@ describe('the merge thread', () => {
         expect(t).toBeDefined();
         expect(t).not.toBe(threadId);
       }
+      await index.settled();
+      const written = lines.map((l) => JSON.parse(l) as { msg: string; thread?: number }).filter((l) => l.msg === 'replica index checkpoint written');
+      expect(written.map((l) => l.thread)).toEqual(seen);
       const answers = QUERIES.map((q) => index.index.search(q));
       expect(answers).toEqual(await expected(store, schema));
       // What a kill -9 leaves: the worker's files are what a restart opens.

@@ -398,7 +398,7 @@ export class PersistedIndex extends SearchIndexBinding {
     const fresh = segments.flatMap(({ segment, state }) => (state === undefined ? [] : [{ segment, state }]));
     // A clear, a close or a rebuild from here on makes the work after the commit theirs.
     const generation = this.generation;
-    let sizes: { segments: number[]; commit: number };
+    let sizes: { segments: number[]; commit: number; thread?: number };
     try {
       sizes = await (this.o.writer ?? IN_THREAD).writeCheckpoint({
         segments: fresh.map(({ segment, state }) => ({ path: join(this.o.dir, segment.name), state })),
@@ -414,6 +414,8 @@ export class PersistedIndex extends SearchIndexBinding {
     for (const { segment } of fresh) this.written.add(segment);
     for (const size of sizes.segments) this.o.onSegmentWritten?.(size);
     const bytes = sizes.segments.reduce((a, b) => a + b, sizes.commit);
+    // The checkpoint thread's id, when a worker wrote the files (logged with the checkpoint).
+    const thread = sizes.thread;
     // From here a crash replays only what was journaled after `seq`.
     const committedMs = Math.round(performance.now() - t0);
     this.onDisk = new Set(named.map((s) => s.name));
@@ -435,7 +437,7 @@ export class PersistedIndex extends SearchIndexBinding {
         // The files and the journal entries left are removed after a later commit, or at the next open.
         this.o.log.warn({ dir: this.o.dir, seq, err: (err as Error).message }, 'could not tidy up after an index checkpoint');
       }
-      this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: count, captureMs, committedMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }) }, 'replica index checkpoint written');
+      this.o.log.info({ dir: this.o.dir, seq, bytes, docs: this.index.size, segments: count, captureMs, committedMs, ms: Math.round(performance.now() - t0), ...(point && { commitPoint: point.version }), ...(thread !== undefined && { thread }) }, 'replica index checkpoint written');
     };
     this.settling = this.settling.then(settle);
     return { bytes, settled: this.settling };
@@ -596,7 +598,7 @@ export class PersistedIndex extends SearchIndexBinding {
     const path = join(this.o.dir, name);
     this.inProgress.add(name);
     try {
-      const size = await (this.o.merger ?? IN_THREAD).merge({
+      const { bytes: size, thread } = await (this.o.merger ?? IN_THREAD).merge({
         sources: sources.map((s) => ({ path: join(this.o.dir, s.name), deleted: [...s.deleted] })),
         out: path,
         seq: this.o.store.changeSeq,
@@ -613,7 +615,8 @@ export class PersistedIndex extends SearchIndexBinding {
       this.written.add(merged);
       this.dirty = true;
       this.o.onSegmentWritten?.(size);
-      this.o.log.info({ dir: this.o.dir, merged: sources.length, into: name, docs: index.size, bytes: size, ms: Math.round(performance.now() - t0) }, 'replica index segments merged');
+      // `thread`: the merge thread's id, when a worker wrote the file.
+      this.o.log.info({ dir: this.o.dir, merged: sources.length, into: name, docs: index.size, bytes: size, ms: Math.round(performance.now() - t0), ...(thread !== undefined && { thread }) }, 'replica index segments merged');
       // Kept as in progress until a commit names it.
       await this.checkpoint();
       return true;

@@ -1,6 +1,6 @@
 // The merge thread's worker (segment-merge.ts): runs the merges and checkpoint writes it is
 // sent, one at a time, and answers each with what it wrote or why it failed.
-import { parentPort } from 'node:worker_threads';
+import { parentPort, threadId } from 'node:worker_threads';
 import { SegmentProblem } from '../index/index.js';
 import { mergeSegmentFiles, schemaOfFingerprint, writeCheckpointFiles, type MergeReply, type SegmentTask } from './segment-merge.js';
 
@@ -13,8 +13,8 @@ port.on('message', (task: SegmentTask) => {
   queue = queue.then(async () => {
     let reply: MergeReply;
     try {
-      if ('job' in task) reply = { id, bytes: await mergeSegmentFiles(task.job, schemaOfFingerprint(task.job.fingerprint)) };
-      else reply = { id, written: await writeCheckpointFiles(task.checkpoint) };
+      if ('job' in task) reply = { id, bytes: await mergeSegmentFiles(task.job, schemaOfFingerprint(task.job.fingerprint)), thread: threadId };
+      else reply = { id, written: await writeCheckpointFiles(task.checkpoint), thread: threadId };
     } catch (err) {
       reply = { id, error: err instanceof Error ? err.message : String(err), damaged: err instanceof SegmentProblem };
     }

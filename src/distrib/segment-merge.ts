@@ -47,7 +47,13 @@ export interface MergeJob {
  * SegmentProblem. `schema` is the one the fingerprint names, for a merge in the calling thread.
  */
 export interface SegmentMerger {
-  merge(job: MergeJob, schema: CollectionSchema): Promise<number>;
+  merge(job: MergeJob, schema: CollectionSchema): Promise<Merged>;
+}
+
+/** A merge's file: its bytes, and the id of the worker thread that wrote it (absent: the calling thread). */
+export interface Merged {
+  readonly bytes: number;
+  readonly thread?: number;
 }
 
 /** Identifies a collection's schema and analyzer: segment files written for another one are rebuilt. */
@@ -81,9 +87,9 @@ export interface CheckpointFiles {
   readonly commit: CommitInfo;
 }
 
-/** Writes checkpoints' files; resolves each segment file's bytes, then the commit's. */
+/** Writes checkpoints' files; resolves each segment file's bytes, then the commit's (and the worker thread's id, as Merged). */
 export interface CheckpointWriter {
-  writeCheckpoint(files: CheckpointFiles): Promise<{ readonly segments: number[]; readonly commit: number }>;
+  writeCheckpoint(files: CheckpointFiles): Promise<{ readonly segments: number[]; readonly commit: number; readonly thread?: number }>;
 }
 
 /** Writes `files` in order: the segments, then the commit (which syncs the directory). */
@@ -94,15 +100,18 @@ export async function writeCheckpointFiles(files: CheckpointFiles): Promise<{ se
 }
 
 /** Merges and writes checkpoints in the calling thread. */
-export const IN_THREAD: SegmentMerger & CheckpointWriter = { merge: mergeSegmentFiles, writeCheckpoint: writeCheckpointFiles };
+export const IN_THREAD: SegmentMerger & CheckpointWriter = {
+  merge: async (job, schema) => ({ bytes: await mergeSegmentFiles(job, schema) }),
+  writeCheckpoint: writeCheckpointFiles,
+};
 
 /** What the worker is sent: a merge, or a checkpoint's files. */
 export type SegmentTask = { readonly id: number; readonly job: MergeJob } | { readonly id: number; readonly checkpoint: CheckpointFiles };
 
 /** What the worker answers for a task. */
 export type MergeReply =
-  | { readonly id: number; readonly bytes: number }
-  | { readonly id: number; readonly written: { readonly segments: number[]; readonly commit: number } }
+  | { readonly id: number; readonly bytes: number; readonly thread: number }
+  | { readonly id: number; readonly written: { readonly segments: number[]; readonly commit: number }; readonly thread: number }
   | { readonly id: number; readonly error: string; readonly damaged: boolean };
 
 const WORKER_URL = new URL('./merge-worker.js', import.meta.url);
@@ -134,19 +143,19 @@ export class MergeThread implements SegmentMerger, CheckpointWriter {
   }
 
   /** The worker reads the schema from `job.fingerprint`, which schemaFingerprint must have made. */
-  merge(job: MergeJob, schema: CollectionSchema): Promise<number> {
+  merge(job: MergeJob, schema: CollectionSchema): Promise<Merged> {
     if (!MergeThread.available && !this.closed) return IN_THREAD.merge(job, schema);
     return this.run((id) => ({ id, job })).then((reply) => {
-      if ('bytes' in reply) return reply.bytes;
+      if ('bytes' in reply) return { bytes: reply.bytes, thread: reply.thread };
       throw new Error('the merge thread answered a merge as a checkpoint write');
     });
   }
 
   /** The segments' states are copied to the worker (structured clone): the caller's stay as they are. */
-  writeCheckpoint(files: CheckpointFiles): Promise<{ segments: number[]; commit: number }> {
+  writeCheckpoint(files: CheckpointFiles): Promise<{ segments: number[]; commit: number; thread?: number }> {
     if (!MergeThread.available && !this.closed) return IN_THREAD.writeCheckpoint(files);
     return this.run((id) => ({ id, checkpoint: files })).then((reply) => {
-      if ('written' in reply) return reply.written;
+      if ('written' in reply) return { ...reply.written, thread: reply.thread };
       throw new Error('the merge thread answered a checkpoint write as a merge');
     });
   }

@@ -94,12 +94,20 @@ describe('shardex dev on the data dir of a previous run', () => {
   });
 
   it('finds them again after a clean Ctrl-C', async () => {
+    const running = await logLength(dataDir);
     await addBooks(dev!.urls[0]!, 200, 250);
     const more = await poll('the new books to be searchable', async () => {
       const s = await searchAll(dev!.urls[0]!);
       return s[WORDS[0]!]!.length === 50 ? s : undefined;
     });
     expect(await stopDev(dev!)).toBe(0);
+    // Each node wrote its checkpoints' files on its checkpoint thread, not on its event loop:
+    // every checkpoint line names the worker thread that wrote it.
+    const written = (await readFile(logOf(dataDir))).subarray(running).toString('utf8').split('\n')
+      .filter((l) => l.includes('"msg":"replica index checkpoint written"') && l.includes('"replica":"books/'))
+      .map((l) => JSON.parse(l) as { thread?: unknown });
+    expect(written.length).toBeGreaterThanOrEqual(4);
+    for (const w of written) expect(w.thread).toEqual(expect.any(Number));
     const from = await logLength(dataDir);
     dev = await start();
     await expectAllBack(dev, 250, more);
