@@ -42,7 +42,7 @@ import {
 import type { CommitPoint, ReplicaStore, StoredEntry, UpdateOp } from '../ulog/index.js';
 import { Mutex } from './mutex.js';
 import { SearchIndexBinding } from './replica.js';
-import { IN_THREAD, type CheckpointWriter, type SegmentMerger } from './segment-merge.js';
+import { IN_THREAD, type CheckpointWriter, type CheckpointWritten, type SegmentMerger } from './segment-merge.js';
 
 /** The commit file's name in the replica's directory (LevelDB ignores files it did not write). */
 export const COMMIT_FILE = 'shardex-index.commit';
@@ -398,7 +398,7 @@ export class PersistedIndex extends SearchIndexBinding {
     const fresh = segments.flatMap(({ segment, state }) => (state === undefined ? [] : [{ segment, state }]));
     // A clear, a close or a rebuild from here on makes the work after the commit theirs.
     const generation = this.generation;
-    let sizes: { segments: number[]; commit: number; thread?: number };
+    let sizes: CheckpointWritten;
     try {
       sizes = await (this.o.writer ?? IN_THREAD).writeCheckpoint({
         segments: fresh.map(({ segment, state }) => ({ path: join(this.o.dir, segment.name), state })),

@@ -87,9 +87,16 @@ export interface CheckpointFiles {
   readonly commit: CommitInfo;
 }
 
-/** Writes checkpoints' files; resolves each segment file's bytes, then the commit's (and the worker thread's id, as Merged). */
+/** Writes checkpoints' files. */
 export interface CheckpointWriter {
-  writeCheckpoint(files: CheckpointFiles): Promise<{ readonly segments: number[]; readonly commit: number; readonly thread?: number }>;
+  writeCheckpoint(files: CheckpointFiles): Promise<CheckpointWritten>;
+}
+
+/** A checkpoint's files: each segment file's bytes, the commit's, and the id of the worker thread that wrote them (absent: the calling thread). */
+export interface CheckpointWritten {
+  readonly segments: number[];
+  readonly commit: number;
+  readonly thread?: number;
 }
 
 /** Writes `files` in order: the segments, then the commit (which syncs the directory). */
@@ -152,7 +159,7 @@ export class MergeThread implements SegmentMerger, CheckpointWriter {
   }
 
   /** The segments' states are copied to the worker (structured clone): the caller's stay as they are. */
-  writeCheckpoint(files: CheckpointFiles): Promise<{ segments: number[]; commit: number; thread?: number }> {
+  writeCheckpoint(files: CheckpointFiles): Promise<CheckpointWritten> {
     if (!MergeThread.available && !this.closed) return IN_THREAD.writeCheckpoint(files);
     return this.run((id) => ({ id, checkpoint: files })).then((reply) => {
       if ('written' in reply) return { ...reply.written, thread: reply.thread };

@@ -112,11 +112,7 @@ export class QueryExecutor {
       // Every part a cached bitset: one AND of the words, read by one cursor, rather than a
       // conjunction that leapfrogs from match to match.
       const mask = cached.count === 0 ? null : this.filterMask(filters);
-      if (mask === null) return EMPTY_CURSOR;
-      const n = Math.min(cached.bits.length, mask.length);
-      const both = new Uint32Array(n);
-      for (let w = 0; w < n; w++) both[w] = cached.bits[w] & mask[w];
-      return new BitsetCursor(both, cached.count, this.ix.live);
+      return mask === null ? EMPTY_CURSOR : new BitsetCursor(andOf(cached.bits, mask), cached.count, this.ix.live);
     }
     const main = cached === null ? this.cursor(q, scoring) : cached.count === 0 ? EMPTY_CURSOR : new BitsetCursor(cached.bits, cached.count, this.ix.live);
     if (main === EMPTY_CURSOR || filters.length === 0) return main;
@@ -181,13 +177,7 @@ export class QueryExecutor {
     for (const f of filters) {
       const c = this.cachedFilter(f);
       if (c.count === 0) return null;
-      if (mask === null) mask = c.bits;
-      else {
-        // A fresh array: the cached bitsets are shared.
-        const and: Uint32Array = new Uint32Array(mask.length);
-        for (let w = 0; w < and.length; w++) and[w] = mask[w] & c.bits[w];
-        mask = and;
-      }
+      mask = mask === null ? c.bits : andOf(mask, c.bits);
     }
     return mask;
   }
@@ -719,6 +709,13 @@ function unionOfTermsAndPhrases(q: Query): readonly (TermQuery | PhraseQuery)[] 
   if (q.kind === 'term' || q.kind === 'phrase') return [q];
   if (q.kind !== 'bool' || q.must.length > 0 || q.mustNot.length > 0 || q.boost !== 1 || q.should.length === 0) return null;
   return q.should.every((c): c is TermQuery | PhraseQuery => c.kind === 'term' || c.kind === 'phrase') ? (q.should as readonly (TermQuery | PhraseQuery)[]) : null;
+}
+
+/** The documents set in both bitsets, in a fresh array (the cached bitsets are shared). */
+function andOf(a: Uint32Array, b: Uint32Array): Uint32Array {
+  const and = new Uint32Array(Math.min(a.length, b.length));
+  for (let w = 0; w < and.length; w++) and[w] = a[w] & b[w];
+  return and;
 }
 
 /** The index in `ids` of the term with the fewest documents (the first of equals): a phrase's lead. */
