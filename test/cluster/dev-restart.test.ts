@@ -100,14 +100,17 @@ describe('shardex dev on the data dir of a previous run', () => {
       const s = await searchAll(dev!.urls[0]!);
       return s[WORDS[0]!]!.length === 50 ? s : undefined;
     });
-    expect(await stopDev(dev!)).toBe(0);
-    // Each node wrote its checkpoints' files on its checkpoint thread, not on its event loop:
-    // every checkpoint line names the worker thread that wrote it.
-    const written = (await readFile(logOf(dataDir))).subarray(running).toString('utf8').split('\n')
-      .filter((l) => l.includes('"msg":"replica index checkpoint written"') && l.includes('"replica":"books/'))
-      .map((l) => JSON.parse(l) as { thread?: unknown });
-    expect(written.length).toBeGreaterThanOrEqual(4);
+    // Each node writes its checkpoints' files on its checkpoint thread, not on its event loop:
+    // every checkpoint line names the worker thread that wrote it. Read while the nodes run (each
+    // of the four replicas checkpoints its new books by age), not from lines logged at the stop.
+    const written = await poll('a checkpoint of every books replica in the log', async () => {
+      const lines = (await readFile(logOf(dataDir))).subarray(running).toString('utf8').split('\n')
+        .filter((l) => l.includes('"msg":"replica index checkpoint written"') && l.includes('"replica":"books/'))
+        .map((l) => JSON.parse(l) as { node: string; replica: string; thread?: unknown });
+      return new Set(lines.map((l) => `${l.node} ${l.replica}`)).size === 4 ? lines : undefined;
+    });
     for (const w of written) expect(w.thread).toEqual(expect.any(Number));
+    expect(await stopDev(dev!)).toBe(0);
     const from = await logLength(dataDir);
     dev = await start();
     await expectAllBack(dev, 250, more);
