@@ -24,6 +24,21 @@ export function createLogger(opts: { level?: string; file?: string; fd?: 1 | 2; 
   return pino({ level: opts.level ?? process.env.SHARDEX_LOG_LEVEL ?? 'info', mixin: requestIdMixin, ...(opts.name && { name: opts.name }) }, dest);
 }
 
+/**
+ * Writes every line logged so far before it returns. The destination writes asynchronously, so lines
+ * logged while a write is in flight wait in its buffer: a worker thread that is terminated right after
+ * its last lines would drop them (pino writes the buffer out at a process's exit, not a thread's).
+ * Call this as the last step before a thread or a process ends.
+ */
+export function flushLoggerSync(logger: Logger): void {
+  const dest = (logger as unknown as Record<symbol, { flushSync?: () => void } | undefined>)[pino.symbols.streamSym];
+  try {
+    dest?.flushSync?.();
+  } catch {
+    // Not open yet, or already closed: there is nothing this call could still write.
+  }
+}
+
 /** A logger that drops everything (tests, benchmarks). */
 export function silentLogger(): Logger {
   return pino({ level: 'silent' });

@@ -6,7 +6,7 @@ import { formatRange, parseRouterName, partitionRange, routeId } from '../hashra
 import { ShardexError } from '../errors.js';
 import { wipeDataDir } from './dev-data.js';
 import { ThreadedDevCluster } from './dev-threads.js';
-import { createLogger } from '../logger.js';
+import { createLogger, flushLoggerSync } from '../logger.js';
 import { registerClientCommands } from './cli-client.js';
 import { COMMAND_KEYS, autoCommitMs, NODE_TUNABLE_KEYS, READER_TUNABLE_KEYS, declarationOf, helpOf, pick, resolveConfig, type CommandName } from './config.js';
 import { httpSettings, runNode, runReader } from './run-node.js';
@@ -99,7 +99,7 @@ configOptions(program.command('dev'), 'dev')
     const shutdown = async (): Promise<void> => {
       out('stopping ...');
       await cluster.stop();
-      logger.flush();
+      flushLoggerSync(logger);
       process.exit(0);
     };
     process.once('SIGINT', () => void shutdown());
@@ -108,7 +108,7 @@ configOptions(program.command('dev'), 'dev')
       await cluster.start();
     } catch (err) {
       await cluster.stop();
-      logger.flush();
+      flushLoggerSync(logger);
       throw err;
     }
     const first = cluster.nodes[0]!.http;

@@ -4,7 +4,7 @@ import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { ClusterCoordinator } from '../coordination/cluster.js';
 import { PortZNodeStore } from '../coordination/port-store.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
-import { createLogger } from '../logger.js';
+import { createLogger, flushLoggerSync } from '../logger.js';
 import { nodeOptionsOf, readerOptionsOf, type NodeTunables, type ReaderTunables } from './config.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
 
@@ -45,7 +45,7 @@ async function main(): Promise<void> {
       .stop()
       .catch((err: unknown) => logger.error({ err }, 'stop failed'))
       .finally(() => {
-        logger.flush();
+        flushLoggerSync(logger);
         parent.postMessage({ type: 'stopped' } satisfies DevWorkerMessage);
       });
   });

@@ -7,7 +7,7 @@ import { ClusterCoordinator } from '../coordination/cluster.js';
 import { ZooKeeperStore, checkDigest } from '../coordination/zookeeper-store.js';
 import { ShardexError } from '../errors.js';
 import { SnapshotReader } from '../read/snapshot-reader.js';
-import { createLogger } from '../logger.js';
+import { createLogger, flushLoggerSync } from '../logger.js';
 import { SERVER_TLS_FLAGS, checkCertificateHost, loadTls, type TlsMaterial } from '../transport/index.js';
 import { ShardexNode, type ShardexNodeOptions } from './shardex-node.js';
 import { nodeOptionsOf, readerOptionsOf, type NodeConfig, type NodeTunables, type ReaderConfig } from './config.js';
@@ -168,7 +168,7 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
   const stop = async (signal: string): Promise<void> => {
     logger.info({ signal }, 'stopping');
     await server.stop();
-    logger.flush();
+    flushLoggerSync(logger);
     process.exit(0);
   };
   process.once('SIGINT', () => void stop('SIGINT'));
@@ -178,7 +178,7 @@ async function runProcess<S extends Server>(o: ProcessOptions, build: (ctx: Proc
   } catch (err) {
     // What did start (ports, the ZooKeeper session) would keep the process running, failed.
     await server.stop().catch((e: unknown) => logger.warn({ err: e }, 'could not stop after a failed start'));
-    logger.flush();
+    flushLoggerSync(logger);
     throw err;
   }
   process.stdout.write(JSON.stringify({ ready: true, name, http: server.httpUrl, grpc: server.grpcAddress, ...ready(server) }) + '\n');
