@@ -134,6 +134,15 @@ function reference(c: Case): { total: number; ranked: Array<{ doc: number; score
   return { total: ranked.length, ranked };
 }
 
+/** A term with tf 1 in every `every`th of `maxDoc` documents, all of length 10 (the average). */
+function everyNth(maxDoc: number, every: number, idf: number): UnionTerm {
+  const lengths = new Int32Array(maxDoc).fill(10);
+  const p: number[] = [];
+  for (let d = 0; d < maxDoc; d += every) p.push(d, 1);
+  const postings = Int32Array.from(p);
+  return { postings, length: postings.length, bounds: blockBounds(postings, postings.length, lengths), boost: 1, idf, avgdl: 10, lengths };
+}
+
 describe('top of a union of terms and phrases', () => {
   it('is the page of scoring every match, whatever the windows, ties, deletes, filters and phrase leads', () => {
     fc.assert(
@@ -187,13 +196,7 @@ describe('top of a union of terms and phrases', () => {
     // A rare term with a high idf and a common one with a low idf: once the page holds ten
     // documents of the rare term, the common term alone cannot compete.
     const maxDoc = 20_000;
-    const lengths = new Int32Array(maxDoc).fill(10);
-    const term = (every: number, idf: number): UnionTerm => {
-      const p: number[] = [];
-      for (let d = 0; d < maxDoc; d += every) p.push(d, 1);
-      const postings = Int32Array.from(p);
-      return { postings, length: postings.length, bounds: blockBounds(postings, postings.length, lengths), boost: 1, idf, avgdl: 10, lengths };
-    };
+    const term = (every: number, idf: number): UnionTerm => everyNth(maxDoc, every, idf);
     const rare = term(97, 5);
     const common = term(1, 0.1);
     const ids = Array.from({ length: maxDoc }, (_, d) => `d${d}`);
@@ -212,6 +215,30 @@ describe('top of a union of terms and phrases', () => {
     const all = (common.length + rare.length) / 2;
     expect(counted.scored).toBeLessThan(all / 2);
     expect(lowerBound.scored).toBeLessThan(all / 4);
+  });
+
+  it('scores a candidate in full only when the non-essential terms it holds can lift it into the page', () => {
+    // The page is the documents holding a, b and c. Past the first window, b and c are
+    // non-essential: a's documents are the candidates, and each could reach the page by its
+    // bounds alone. Most lack b, the rarer of the two: once b's score at a document (none) replaces
+    // b's bound, it falls short, and neither c's postings nor a full score are read for it.
+    const maxDoc = 20_000;
+    const term = (every: number, idf: number): UnionTerm => everyNth(maxDoc, every, idf);
+    const a = term(3, 5);
+    const b = term(101, 4);
+    const c = term(1, 0.2);
+    const ids = Array.from({ length: maxDoc }, (_, d) => `d${String(d).padStart(5, '0')}`);
+    const live = new Uint8Array(maxDoc).fill(1);
+    const want = reference({ maxDoc, terms: [a, b, c], live, mask: null, ids });
+    for (const countUpTo of [Infinity, 1000]) {
+      const got = topOfUnion([a, b, c], live, null, maxDoc, 10, countUpTo, (d) => ids[d]!, new Accumulator(maxDoc), 1024);
+      expect(Array.from(got.docs)).toEqual(want.ranked.slice(0, 10).map((h) => h.doc));
+      expect(Array.from(got.scores)).toEqual(want.ranked.slice(0, 10).map((h) => h.score));
+      // a's documents number 6,667, of which 67 hold b. Scored in full: those, and at most a's
+      // documents up to the end of the window in which the page fills with a, b and c (the tenth
+      // such document is 3,030; windows of 1,024).
+      expect(got.full).toBeLessThan(3072 / 3 + 67);
+    }
   });
 
   it('past the count, steps over the blocks of a term whose best score cannot make the page', () => {

@@ -139,7 +139,7 @@ export class QueryExecutor {
     // Counted exactly, phrases read every match's positions anyway: matches() does that faster.
     if (countUpTo === Infinity && union.every((c) => c.kind === 'phrase')) return null;
     const mask = filters.length === 0 ? null : this.filterMask(filters);
-    if (filters.length > 0 && mask === null) return { total: 0, exact: true, docs: new Int32Array(0), scores: new Float64Array(0), scored: 0 };
+    if (filters.length > 0 && mask === null) return { total: 0, exact: true, docs: new Int32Array(0), scores: new Float64Array(0), scored: 0, full: 0 };
     const clauses: UnionClause[] = [];
     for (const c of union) {
       const fields = this.fieldsOf(c.field);
@@ -396,7 +396,7 @@ export class QueryExecutor {
       const top = new TopK(k, idOf, floor);
       for (let i = 0; i < n; i++) top.offer(touched[i], total[touched[i]]);
       const { docs, scores } = top.sorted();
-      return { total: n, exact: true, docs, scores, scored: n };
+      return { total: n, exact: true, docs, scores, scored: n, full: 0 };
     });
   }
 

@@ -6,10 +6,12 @@
 // BLOCK postings), so a block's best possible BM25 score is known without reading it. In a window
 // of documents, the clauses whose bounds sum below the k-th best score so far (the threshold) are
 // non-essential: a document only they match cannot make the page, so only the other (essential)
-// clauses are scored. A candidate is then scored in full only when its partial score plus the
-// non-essential clauses' bounds can still reach the threshold. A window where even all the bounds
-// together fall short is skipped, and so, within a window, is a block of an essential clause whose
-// own bound plus the other clauses' cannot reach it (block-max, as Lucene's impacts).
+// clauses are scored. A candidate's partial score plus the non-essential clauses' bounds must
+// still reach the threshold as each bound, largest first, is replaced by that term's own score at
+// the candidate (a look into its postings); only then is the candidate scored in full. A window
+// where even all the bounds together fall short is skipped, and so, within a window, is a block
+// of an essential clause whose own bound plus the other clauses' cannot reach it (block-max, as
+// Lucene's impacts).
 //
 // A phrase is bounded by its words' blocks (it occurs at most as often as its rarest word, in a
 // field at least as long as the shortest that holds them all), jumps over postings with the
@@ -116,6 +118,8 @@ export interface TopUnion {
   readonly scores: Float64Array;
   /** Postings scored (of essential terms) and documents whose phrase positions were read, beside the full scoring of candidates: what was not skipped. */
   readonly scored: number;
+  /** Candidates scored again over every clause after their essential clauses' sum could reach the page (0 when every clause was scored at once). */
+  readonly full: number;
 }
 
 /**
@@ -155,6 +159,7 @@ export function topOfUnion(
   const essential = new Uint8Array(n);
   let total = 0;
   let scored = 0;
+  let full = 0;
   let counting = countUpTo > 0;
 
   for (let lo = 0; lo < maxDoc; lo += window) {
@@ -277,7 +282,18 @@ export function topOfUnion(
       const list = win.ordered ? candidates.subarray(0, found) : candidates.subarray(0, found).sort();
       for (let c = 0; c < found; c++) {
         const d = list[c];
-        if ((sums[d] + rest) * MARGIN >= top.threshold()) top.offer(d, fullScore(clauses, phrases, cursor, at, d));
+        const threshold = top.threshold();
+        // What d can reach: its essential clauses' sum plus the bounds of the others, each bound
+        // replaced by the term's own score at d, largest bound first, until it falls short (as
+        // Lucene's MaxScore does): most candidates lack the rarest non-essential term.
+        let reach = sums[d] + rest;
+        for (let j = split - 1; j >= 0 && reach * MARGIN >= threshold; j--) {
+          const i = order[j];
+          if (phrases[i] === null) reach += termScoreAt(clauses[i] as UnionTerm, cursor, at, i, d) - bound[i];
+        }
+        if (reach * MARGIN < threshold) continue;
+        full++;
+        top.offer(d, fullScore(clauses, phrases, cursor, at, d));
       }
     }
     win.reset();
@@ -285,7 +301,7 @@ export function topOfUnion(
   const exact = counting || total < countUpTo;
   for (const ph of phrases) scored += ph?.read ?? 0;
   const { docs, scores } = top.sorted();
-  return { total, exact, docs, scores, scored };
+  return { total, exact, docs, scores, scored, full };
 }
 
 /**
@@ -390,19 +406,26 @@ function fullScore(clauses: readonly UnionClause[], phrases: readonly (PhraseRea
       if (s >= 0) score += s;
       continue;
     }
-    const t = clauses[i] as UnionTerm;
-    const p = t.postings;
-    const e = end[i];
-    let j = cursor[i];
-    // The next posting or two step; farther, a gallop (the clause's matches may be far apart).
-    if (j < e && p[j] < d) {
-      j += 2;
-      if (j < e && p[j] < d) j = gallop(p, j, e, 2, d);
-    }
-    cursor[i] = j;
-    if (j < e && p[j] === d) score += t.boost * bm25(p[j + 1], t.lengths[d], t.avgdl, t.idf);
+    score += termScoreAt(clauses[i] as UnionTerm, cursor, end, i, d);
   }
   return score;
+}
+
+/**
+ * Term `t`'s score at document `d` (0 if it lacks d), read from `cursor[i]` on (moved up to `d`;
+ * documents come in increasing order) up to `end[i]`.
+ */
+function termScoreAt(t: UnionTerm, cursor: Int32Array, end: Int32Array, i: number, d: number): number {
+  const p = t.postings;
+  const e = end[i];
+  let j = cursor[i];
+  // The next posting or two step; farther, a gallop (the clause's matches may be far apart).
+  if (j < e && p[j] < d) {
+    j += 2;
+    if (j < e && p[j] < d) j = gallop(p, j, e, 2, d);
+  }
+  cursor[i] = j;
+  return j < e && p[j] === d ? t.boost * bm25(p[j + 1], t.lengths[d], t.avgdl, t.idf) : 0;
 }
 
 /**
