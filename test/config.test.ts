@@ -267,9 +267,9 @@ describe('dev collection options', () => {
 
 describe('what the options configure', () => {
   it('gives a node its distributor, retries, timeouts and read balancer', async () => {
-    const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', storeCompression: true, readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
+    const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', storeCompression: true, mergeSegmentsPerTier: '4', readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
     const o = nodeOptionsOf(c);
-    expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, storeCompression: true, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
+    expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, storeCompression: true, checkpointPolicy: { segmentsPerTier: 4 }, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
     // Linear from 100 to at most 250, each pause jittered (up to 20% shorter).
     const pauses = Array.from({ length: 50 }, () => [1, 2, 3, 4].map((n) => o.backoff!(n)));
     const bounds = [100, 200, 250, 250];
@@ -280,6 +280,11 @@ describe('what the options configure', () => {
       }
     }
     expect(new Set(pauses.map((p) => p[1])).size).toBeGreaterThan(1);
+  });
+
+  it('refuses a merge tier of fewer than two segments, and defaults to ten', async () => {
+    expect((await refusal('node', { flags: { ...ZK, mergeSegmentsPerTier: '1' } })).message).toMatch(/^--merge-segments-per-tier must be/);
+    expect(nodeOptionsOf(await resolveConfig('node', { flags: { ...ZK } })).checkpointPolicy).toEqual({ segmentsPerTier: 10 });
   });
 
   it('gives a reader its cache and scan settings', async () => {
