@@ -2,12 +2,12 @@
 // from the built CLI, with `--merge-segments-per-tier 2` so that two checkpoints make a merge.
 // Every merge's log line names the worker thread that wrote the merged file (a merge run on the
 // node's own thread names none), and every document is still found after the merges.
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http } from '../support/cluster.js';
-import { killAllDev, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
+import { devLogLines, killAllDev, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
 import { pollUntil } from '../support/poll.js';
 
 const DEADLINE_MS = 30_000;
@@ -15,13 +15,7 @@ const BATCH = 50;
 const BATCHES = 3;
 
 /** The log lines with message `msg` about the docs collection's replica. */
-async function logged(dataDir: string, msg: string): Promise<Array<Record<string, unknown>>> {
-  const text = await readFile(join(dataDir, 'shardex.log'), 'utf8').catch(() => '');
-  return text
-    .split('\n')
-    .filter((l) => l.includes(`"msg":"${msg}"`) && l.includes('"replica":"docs/'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
-}
+const logged = (dataDir: string, msg: string): Promise<Array<Record<string, unknown>>> => devLogLines(dataDir, msg, 'docs');
 
 describe('shardex dev with a merge tier of two segments', () => {
   let dataDir: string;

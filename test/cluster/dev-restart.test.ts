@@ -9,7 +9,7 @@ import { basename, dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isSegmentFile } from '../../src/distrib/index-persistence.js';
 import { http } from '../support/cluster.js';
-import { killAllDev, killDev, runDevUntilExit, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
+import { devLogLength, devLogLines, killAllDev, killDev, runDevUntilExit, startDev, stopDev, type DevProcess } from '../support/dev-process.js';
 import { pollUntil } from '../support/poll.js';
 
 const WORDS = ['whale', 'peace', 'river', 'crown', 'night'];
@@ -40,18 +40,8 @@ async function searchAll(url: string): Promise<Record<string, string[]>> {
   return found;
 }
 
-/** The dev cluster's log (appended by every run) and how long it is now. */
-const logOf = (dataDir: string): string => join(dataDir, 'shardex.log');
-const logLength = async (dataDir: string): Promise<number> => (await readFile(logOf(dataDir)).catch(() => Buffer.alloc(0))).length;
-
 /** The 'replica opened' lines the books replicas logged after byte `from` of the log (how each index came back). */
-async function replicaOpenings(dataDir: string, from: number): Promise<Array<Record<string, unknown>>> {
-  const text = (await readFile(logOf(dataDir))).subarray(from).toString('utf8');
-  return text
-    .split('\n')
-    .filter((l) => l.includes('"msg":"replica opened"') && l.includes('"replica":"books/'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
-}
+const replicaOpenings = (dataDir: string, from: number): Promise<Array<Record<string, unknown>>> => devLogLines(dataDir, 'replica opened', 'books', from);
 
 async function expectAllBack(dev: DevProcess, count: number, searches: Record<string, string[]>): Promise<void> {
   expect(dev.out.join('')).toContain('collection "books": 2 shards x 2 replicas');
@@ -94,7 +84,7 @@ describe('shardex dev on the data dir of a previous run', () => {
   });
 
   it('finds them again after a clean Ctrl-C', async () => {
-    const running = await logLength(dataDir);
+    const running = await devLogLength(dataDir);
     await addBooks(dev!.urls[0]!, 200, 250);
     const more = await poll('the new books to be searchable', async () => {
       const s = await searchAll(dev!.urls[0]!);
@@ -104,14 +94,12 @@ describe('shardex dev on the data dir of a previous run', () => {
     // every checkpoint line names the worker thread that wrote it. Read while the nodes run (each
     // of the four replicas checkpoints its new books by age), not from lines logged at the stop.
     const written = await poll('a checkpoint of every books replica in the log', async () => {
-      const lines = (await readFile(logOf(dataDir))).subarray(running).toString('utf8').split('\n')
-        .filter((l) => l.includes('"msg":"replica index checkpoint written"') && l.includes('"replica":"books/'))
-        .map((l) => JSON.parse(l) as { node: string; replica: string; thread?: unknown });
+      const lines = await devLogLines(dataDir, 'replica index checkpoint written', 'books', running);
       return new Set(lines.map((l) => `${l.node} ${l.replica}`)).size === 4 ? lines : undefined;
     });
     for (const w of written) expect(w.thread).toEqual(expect.any(Number));
     expect(await stopDev(dev!)).toBe(0);
-    const from = await logLength(dataDir);
+    const from = await devLogLength(dataDir);
     dev = await start();
     await expectAllBack(dev, 250, more);
     // A clean stop wrote every replica's index segment: each opened from it and re-read nothing.
@@ -130,7 +118,7 @@ describe('shardex dev on the data dir of a previous run', () => {
     const bytes = await readFile(damaged);
     bytes[bytes.length - 64] ^= 0xff;
     await writeFile(damaged, bytes);
-    const from = await logLength(dataDir);
+    const from = await devLogLength(dataDir);
     dev = await start();
     await expectAllBack(dev, 250, before);
     const opened = await replicaOpenings(dataDir, from);

@@ -2,6 +2,8 @@
 // started, signalled and waited for by pid; every process started here is tracked so that teardown
 // can kill it even when a test failed half-way.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const CLI = fileURLToPath(new URL('../../bin/shardex.js', import.meta.url));
@@ -89,4 +91,21 @@ export async function killAllDev(): Promise<void> {
         }),
     ),
   );
+}
+
+/** The dev cluster's log in `dataDir` (appended by every run). */
+const devLog = (dataDir: string): string => join(dataDir, 'shardex.log');
+
+/** How long the dev cluster's log is now (0 before it exists): where the lines of what follows begin. */
+export async function devLogLength(dataDir: string): Promise<number> {
+  return (await readFile(devLog(dataDir)).catch(() => Buffer.alloc(0))).length;
+}
+
+/** The lines with message `msg` about a replica of `collection`, logged after byte `from` of the dev cluster's log. */
+export async function devLogLines(dataDir: string, msg: string, collection: string, from = 0): Promise<Array<Record<string, unknown>>> {
+  const text = (await readFile(devLog(dataDir)).catch(() => Buffer.alloc(0))).subarray(from).toString('utf8');
+  return text
+    .split('\n')
+    .filter((l) => l.includes(`"msg":"${msg}"`) && l.includes(`"replica":"${collection}/`))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
