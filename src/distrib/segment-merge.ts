@@ -92,15 +92,19 @@ export interface CheckpointWriter {
   writeCheckpoint(files: CheckpointFiles): Promise<CheckpointWritten>;
 }
 
-/** A checkpoint's files: each segment file's bytes, the commit's, and the id of the worker thread that wrote them (absent: the calling thread). */
-export interface CheckpointWritten {
+/** What a checkpoint's files take: each segment file's bytes, then the commit's. */
+export interface CheckpointSizes {
   readonly segments: number[];
   readonly commit: number;
+}
+
+/** A checkpoint's files as written, with the id of the worker thread that wrote them (absent: the calling thread). */
+export interface CheckpointWritten extends CheckpointSizes {
   readonly thread?: number;
 }
 
 /** Writes `files` in order: the segments, then the commit (which syncs the directory). */
-export async function writeCheckpointFiles(files: CheckpointFiles): Promise<{ segments: number[]; commit: number }> {
+export async function writeCheckpointFiles(files: CheckpointFiles): Promise<CheckpointSizes> {
   const segments: number[] = [];
   for (const { path, state } of files.segments) segments.push(await writeSegment(path, state, files.info));
   return { segments, commit: await writeCommit(files.commitPath, files.commit) };
@@ -118,7 +122,7 @@ export type SegmentTask = { readonly id: number; readonly job: MergeJob } | { re
 /** What the worker answers for a task. */
 export type MergeReply =
   | { readonly id: number; readonly bytes: number; readonly thread: number }
-  | { readonly id: number; readonly written: { readonly segments: number[]; readonly commit: number }; readonly thread: number }
+  | { readonly id: number; readonly written: CheckpointSizes; readonly thread: number }
   | { readonly id: number; readonly error: string; readonly damaged: boolean };
 
 const WORKER_URL = new URL('./merge-worker.js', import.meta.url);
