@@ -31,6 +31,7 @@ import {
 import os from 'node:os';
 import path from 'node:path';
 import { inflateRawSync } from 'node:zlib';
+import { Mutex } from '../../src/distrib/mutex.js';
 import { ensureDebianPackage } from '../../src/node/local-zookeeper.js';
 import { processAlive as alive } from '../../src/pid.js';
 
@@ -257,6 +258,26 @@ function writeEtc(root: string, accounts: readonly Account[]): void {
   chmodSync(path.join(root, 'tmp'), 0o1777);
 }
 
+/**
+ * An image's root file system is made of hard links to the host's files (placeHostFile). Linking
+ * or unlinking one changes its inode's ctime, and tar fails ("file changed as we read it") when
+ * that happens to a file it is reading: two images built side by side share /usr/bin/dash and
+ * libc. So one image root at a time is filled, imported and removed.
+ */
+const imageRoots = new Mutex();
+
+/** Runs `fill` on a fresh temporary directory, alone among image roots, and removes the directory after. */
+function inImageRoot(prefix: string, fill: (root: string) => Promise<void>): Promise<void> {
+  return imageRoots.run(async () => {
+    const root = mkdtempSync(path.join(os.tmpdir(), prefix));
+    try {
+      await fill(root);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+}
+
 /** `tar -C root -c . | podman import --change ... - tag` */
 async function importRoot(engine: ContainerEngine, root: string, tag: string, changes: readonly string[]): Promise<void> {
   const args = ['import', ...changes.flatMap((c) => ['--change', c]), '-', tag];
@@ -289,8 +310,7 @@ async function importRoot(engine: ContainerEngine, root: string, tag: string, ch
  * as in the official image).
  */
 export async function buildNodeBaseImage(engine: ContainerEngine, tag: string, nativeModules: readonly string[]): Promise<void> {
-  const root = mkdtempSync(path.join(os.tmpdir(), 'shardex-node-root-'));
-  try {
+  await inImageRoot('shardex-node-root-', async (root) => {
     const node = realpathSync(process.execPath);
     await addElfFiles(root, [node, realpathSync('/bin/sh')]);
     await addLibrariesOf(root, nativeModules);
@@ -302,9 +322,7 @@ export async function buildNodeBaseImage(engine: ContainerEngine, tag: string, n
     mirrorHostFile(root, '/bin/sh');
     writeEtc(root, [{ name: 'node', uid: 1000 }]);
     await importRoot(engine, root, tag, ['ENV PATH=/usr/local/bin:/usr/bin:/bin', 'CMD ["node"]']);
-  } finally {
-    rmSync(root, { recursive: true, force: true });
-  }
+  });
 }
 
 // --- the ZooKeeper image ------------------------------------------------------------------------
@@ -427,8 +445,7 @@ const ZOO_CFG = [
 export async function buildZooKeeperImage(engine: ContainerEngine, tag: string, progress: Progress): Promise<void> {
   await ensureDebianPackage('zookeeper', () => existsSync(ZOOKEEPER_JAR), progress);
   const javaHome = path.dirname(path.dirname(realpathSync((await must('sh', ['-c', 'command -v java'], { timeoutMs: 5_000 })).stdout.trim())));
-  const root = mkdtempSync(path.join(os.tmpdir(), 'shardex-zk-root-'));
-  try {
+  await inImageRoot('shardex-zk-root-', async (root) => {
     const jre = path.join(root, JAVA_HOME_IN_IMAGE);
     mkdirSync(path.join(jre, 'bin'), { recursive: true });
     placeHostFile(realpathSync(path.join(javaHome, 'bin/java')), path.join(jre, 'bin/java'), 0o755);
@@ -474,9 +491,7 @@ export async function buildZooKeeperImage(engine: ContainerEngine, tag: string, 
       'WORKDIR /',
       'CMD ["zkServer.sh", "start-foreground"]',
     ]);
-  } finally {
-    rmSync(root, { recursive: true, force: true });
-  }
+  });
 }
 
 // --- the application, prepared on the host --------------------------------------------------------
