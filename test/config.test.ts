@@ -267,9 +267,9 @@ describe('dev collection options', () => {
 
 describe('what the options configure', () => {
   it('gives a node its distributor, retries, timeouts and read balancer', async () => {
-    const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', storeCompression: true, mergeSegmentsPerTier: '4', readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
+    const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', storeCompression: true, docCacheSize: '0', mergeSegmentsPerTier: '4', readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
     const o = nodeOptionsOf(c);
-    expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, storeCompression: true, checkpointPolicy: { segmentsPerTier: 4 }, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
+    expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, storeCompression: true, docCacheSize: 0, checkpointPolicy: { segmentsPerTier: 4 }, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
     // Linear from 100 to at most 250, each pause jittered (up to 20% shorter).
     const pauses = Array.from({ length: 50 }, () => [1, 2, 3, 4].map((n) => o.backoff!(n)));
     const bounds = [100, 200, 250, 250];
@@ -285,6 +285,11 @@ describe('what the options configure', () => {
   it('refuses a merge tier of fewer than two segments, and defaults to ten', async () => {
     expect((await refusal('node', { flags: { ...ZK, mergeSegmentsPerTier: '1' } })).message).toMatch(/^--merge-segments-per-tier must be/);
     expect(nodeOptionsOf(await resolveConfig('node', { flags: { ...ZK } })).checkpointPolicy).toEqual({ segmentsPerTier: 10 });
+  });
+
+  it("keeps 512 parsed documents per replica by default (Solr's documentCache), and refuses a negative size", async () => {
+    expect(nodeOptionsOf(await resolveConfig('node', { flags: { ...ZK } })).docCacheSize).toBe(512);
+    expect((await refusal('node', { flags: { ...ZK, docCacheSize: '-1' } })).message).toMatch(/^--doc-cache-size must be/);
   });
 
   it('gives a reader its cache and scan settings', async () => {

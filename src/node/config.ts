@@ -19,6 +19,7 @@ import { DEFAULT_READ_TIMEOUT_MS } from '../read/read-deadline.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, type SnapshotReaderOptions } from '../read/snapshot-reader.js';
 import { DEFAULT_CALL_TIMEOUT_MS } from '../transport/grpc.js';
 import { DEFAULT_DELETE_RETENTION_MS, DEFAULT_LOG_RETENTION } from '../ulog/replica-store.js';
+import { DEFAULT_DOC_CACHE_SIZE } from '../ulog/doc-cache.js';
 import { LIMITS } from './http/limits.js';
 import type { ShardexNodeOptions } from './shardex-node.js';
 
@@ -120,6 +121,7 @@ export const OPTIONS = {
   deleteRetention: int(0, 86_400_000, "how long a delete's tombstone is kept, ms (Elasticsearch's index.gc_deletes)", '<ms>', { default: DEFAULT_DELETE_RETENTION_MS }),
   writeBufferMb: int(1, 256, "LevelDB write buffer per replica in MiB (default LevelDB's 4; larger: less compaction per write, and up to twice that much memory per replica)", '<mib>'),
   mergeSegmentsPerTier: int(2, 1000, "segments of one size tier that start a merge of the smallest into one (Lucene's TieredMergePolicy segmentsPerTier; fewer: fewer segments to search, more merging per document)", '<n>', { default: DEFAULT_MERGE_POLICY.segmentsPerTier }),
+  docCacheSize: int(0, 1_000_000, "parsed documents each replica keeps for pages of hits (Solr's documentCache), least recently used out; 0 turns it off", '<n>', { default: DEFAULT_DOC_CACHE_SIZE }),
   storeCompression: flag("LevelDB's block compression (Snappy) in the replicas' stores: about 0.6 times the disk, and about an eighth more CPU per document in the ingest benchmark (default off)"),
   group: { ...text('reader group', '<name>', { default: 'default' }), schema: TargetName, expect: 'a name of 1 to 64 characters from A-Z a-z 0-9 _ . and -' },
   snapshotExpiry: int(0, 86_400_000, 'refresh a cached shard once its snapshot is this old, ms', '<ms>', { default: 60_000 }),
@@ -150,7 +152,7 @@ export type Config<K extends OptionKey> = { readonly [P in K as Given<Options[P]
 const PROCESS_KEYS = ['zk', 'port', 'grpcPort', 'data', 'name', 'host', 'advertiseHost', 'zkTimeout', 'clusterSecretFile', 'tlsCert', 'tlsKey', 'tlsCa', 'zkDigestFile', 'insecure'] as const;
 const LIMIT_KEYS = Object.keys(LIMITS) as Array<keyof typeof LIMITS>;
 /** A node's tunables: `shardex node` and `shardex dev` take them alike. */
-const NODE_TUNABLE_KEYS = ['apiKeys', ...LIMIT_KEYS, 'readPriority', 'readQueueSize', 'readTimeout', 'maxInFlight', 'forwardRetries', 'replicaRetries', 'retryPause', 'retryPauseMax', 'callTimeout', 'logRetention', 'deleteRetention', 'writeBufferMb', 'storeCompression', 'mergeSegmentsPerTier'] as const;
+const NODE_TUNABLE_KEYS = ['apiKeys', ...LIMIT_KEYS, 'readPriority', 'readQueueSize', 'readTimeout', 'maxInFlight', 'forwardRetries', 'replicaRetries', 'retryPause', 'retryPauseMax', 'callTimeout', 'logRetention', 'deleteRetention', 'writeBufferMb', 'storeCompression', 'docCacheSize', 'mergeSegmentsPerTier'] as const;
 /** A reader's tunables: `shardex reader` and `shardex dev` take them alike. */
 const READER_TUNABLE_KEYS = ['snapshotExpiry', 'diskBudget', 'maxScans', 'drainTimeout', 'copyDocuments'] as const;
 
@@ -365,6 +367,7 @@ export function nodeOptionsOf(t: Partial<NodeTunables>): Partial<ShardexNodeOpti
     ...(t.deleteRetention !== undefined && { deleteRetentionMs: t.deleteRetention }),
     ...(t.writeBufferMb !== undefined && { writeBufferMb: t.writeBufferMb }),
     ...(t.storeCompression !== undefined && { storeCompression: t.storeCompression }),
+    ...(t.docCacheSize !== undefined && { docCacheSize: t.docCacheSize }),
     ...(t.mergeSegmentsPerTier !== undefined && { checkpointPolicy: { segmentsPerTier: t.mergeSegmentsPerTier } }),
   };
 }

@@ -67,6 +67,8 @@ export interface ShardexNodeOptions {
   readonly writeBufferMb?: number;
   /** LevelDB's block compression in the replicas' stores (default off: see ReplicaStoreOptions.compression). */
   readonly storeCompression?: boolean;
+  /** Parsed documents each replica's store keeps for pages of hits (ReplicaStoreOptions.docCacheSize). */
+  readonly docCacheSize?: number;
   readonly callTimeoutMs?: number;
   /** Scan-server selector profiles (Accumulo's JSON); default: Accumulo's default profile. */
   readonly selectorProfiles?: unknown;
@@ -478,6 +480,7 @@ export class ShardexNode {
         ...(this.o.deleteRetentionMs !== undefined && { deleteRetentionMs: this.o.deleteRetentionMs }),
         ...(this.o.writeBufferMb !== undefined && { writeBufferSize: this.o.writeBufferMb * 1024 * 1024 }),
         ...(this.o.storeCompression !== undefined && { compression: this.o.storeCompression }),
+        ...(this.o.docCacheSize !== undefined && { docCacheSize: this.o.docCacheSize }),
         ...(onStoreWrite && { onWrite: (w: StoreWrite) => onStoreWrite(`${this.name}/${key}`, w) }),
       });
       try {

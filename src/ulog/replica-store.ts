@@ -17,6 +17,7 @@
 // that answers an update has it on disk; with `async` batches are synced every syncIntervalMs.
 import { Level } from 'level';
 import { ShardexError } from '../errors.js';
+import { DEFAULT_DOC_CACHE_SIZE, DocCache } from './doc-cache.js';
 import { decodeSum, encodeSum, LogSums, sumOf, type BucketSum, type Digest } from './log-sums.js';
 
 export type Doc = Record<string, unknown>;
@@ -93,6 +94,11 @@ export interface ReplicaStoreOptions {
   readonly deleteRetentionMs?: number;
   /** Ids whose version and liveness stay in memory (the recently touched); default 100,000. */
   readonly idCacheSize?: number;
+  /**
+   * Parsed documents kept for pages of hits (Solr's documentCache), least recently used out;
+   * default 512, 0 turns it off. An id's entry is dropped as soon as a batch writing it is on disk.
+   */
+  readonly docCacheSize?: number;
   /**
    * Journal the ids each batch changes (default true): what a persisted index replays after its
    * segment, which then trims the journal. A store without one (a reader's copy) says false.
@@ -301,6 +307,8 @@ export class ReplicaStore {
   private readonly pinned = new Map<string, number>();
   private readonly held = new Map<string, number>();
   private readonly idCacheSize: number;
+  /** Parsed documents of recent pages of hits (getMany); an id's entry goes when a batch writing it is on disk. */
+  private readonly docCache: DocCache;
   private readonly deleteRetentionMs: number;
   /** Applies decide one at a time (their look-ups are async), in the order they were called. */
   private decideChain: Promise<unknown> = Promise.resolve();
@@ -349,6 +357,7 @@ export class ReplicaStore {
     this.durability = opts.durability ?? DEFAULT_DURABILITY;
     this.onWrite = opts.onWrite;
     this.idCacheSize = opts.idCacheSize ?? 100_000;
+    this.docCache = new DocCache(opts.docCacheSize ?? DEFAULT_DOC_CACHE_SIZE);
     this.deleteRetentionMs = opts.deleteRetentionMs ?? DEFAULT_DELETE_RETENTION_MS;
     this.journal = opts.journalChanges ?? true;
   }
@@ -768,6 +777,9 @@ export class ReplicaStore {
     } catch (err) {
       if (seq !== this.appliedSeq) this.seq = seq - 1;
       throw err;
+    } finally {
+      // Before anyone is told the batch is written: from here on a page reads what it wrote.
+      if (this.docCache.size > 0) for (const op of ops) if (op.key.startsWith(DOC)) this.docCache.delete(op.key.slice(DOC.length));
     }
     // Synchronously, in group order: the sink's state is exactly the batches up to appliedSeq.
     this.sums.commit(sums);
@@ -1076,14 +1088,23 @@ export class ReplicaStore {
   }
 
   async getMany(ids: readonly string[]): Promise<Array<StoredEntry | undefined>> {
-    // A few ids (a page of hits) are read on this thread: each read is microseconds from
-    // LevelDB's cache, less than a round trip through libuv's thread pool. Keys go as bytes:
-    // classic-level 3 cuts a string key short when its reused key buffer ends inside a character.
-    const values =
-      ids.length <= SYNC_READ_MAX && this.db.status === 'open'
-        ? ids.map((id) => this.db.getSync<Buffer, string>(Buffer.from(docKey(id)), SYNC_GET))
-        : await this.db.getMany(ids.map(docKey));
+    // A few ids (a page of hits) are read on this thread, through the document cache: each read
+    // is microseconds from LevelDB's cache, less than a round trip through libuv's thread pool.
+    // Only these fill the cache: a read and its fill are one synchronous step, so no write can
+    // land between them (larger reads, a replay or a copy, would also evict the pages' documents).
+    if (ids.length <= SYNC_READ_MAX && this.db.status === 'open') return ids.map((id) => this.readCached(id));
+    const values = await this.db.getMany(ids.map(docKey));
     return values.map((v) => (v === undefined ? undefined : decodeEntry(v)));
+  }
+
+  /** `id`'s entry from the document cache, else read here (keys as bytes: classic-level 3 cuts a string key short when its reused key buffer ends inside a character). */
+  private readCached(id: string): StoredEntry | undefined {
+    const cached = this.docCache.get(id);
+    if (cached !== undefined) return cached ?? undefined;
+    const v = this.db.getSync<Buffer, string>(Buffer.from(docKey(id)), SYNC_GET);
+    const entry = v === undefined ? undefined : decodeEntry(v);
+    this.docCache.set(id, entry ?? null);
+    return entry;
   }
 
   /** Every stored entry (tombstones included), in id order; for full copies and index rebuilds. */
@@ -1249,6 +1270,7 @@ export class ReplicaStore {
 
   private async wipe(): Promise<void> {
     await this.db.clear();
+    this.docCache.clear();
     this.known.clear();
     this.liveDocs = 0;
     this.logCount = 0;
