@@ -65,6 +65,20 @@ export function nodeMetrics(registry: Registry, source: NodeMetricsSource): Node
   replicaGauge('shardex_replica_docs', 'Live documents of the replica', (r) => r.store.docCount);
   replicaGauge('shardex_update_log_entries', "Entries in the replica's update log", (r) => r.store.logSize);
   replicaGauge('shardex_replica_max_version', 'Newest version the replica holds', (r) => r.store.maxVersion);
+  const replicaCounter = (name: string, help: string, value: (r: ShardReplica) => number): void => {
+    new Counter({
+      name,
+      help,
+      labelNames: ['replica'],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of source.replicas()) this.inc({ replica: r.key }, value(r));
+      },
+    });
+  };
+  replicaCounter('shardex_doc_cache_hits_total', "Ids of pages of hits the replica's document cache answered", (r) => r.store.docCacheStats.hits);
+  replicaCounter('shardex_doc_cache_misses_total', "Ids of pages of hits read from the replica's store (then cached)", (r) => r.store.docCacheStats.misses);
   new Gauge({
     name: 'shardex_coordination_connected',
     help: 'Whether the coordination session (ZooKeeper) is usable for leadership (1) or not (0)',

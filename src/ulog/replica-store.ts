@@ -309,6 +309,7 @@ export class ReplicaStore {
   private readonly idCacheSize: number;
   /** Parsed documents of recent pages of hits (getMany); an id's entry goes when a batch writing it is on disk. */
   private readonly docCache: DocCache;
+  private readonly docCacheCounts = { hits: 0, misses: 0 };
   private readonly deleteRetentionMs: number;
   /** Applies decide one at a time (their look-ups are async), in the order they were called. */
   private decideChain: Promise<unknown> = Promise.resolve();
@@ -1100,11 +1101,20 @@ export class ReplicaStore {
   /** `id`'s entry from the document cache, else read here (keys as bytes: classic-level 3 cuts a string key short when its reused key buffer ends inside a character). */
   private readCached(id: string): StoredEntry | undefined {
     const cached = this.docCache.get(id);
-    if (cached !== undefined) return cached ?? undefined;
+    if (cached !== undefined) {
+      this.docCacheCounts.hits++;
+      return cached ?? undefined;
+    }
+    this.docCacheCounts.misses++;
     const v = this.db.getSync<Buffer, string>(Buffer.from(docKey(id)), SYNC_GET);
     const entry = v === undefined ? undefined : decodeEntry(v);
     this.docCache.set(id, entry ?? null);
     return entry;
+  }
+
+  /** Reads of a page's ids the document cache answered, and those it did not (read from LevelDB, then cached). */
+  get docCacheStats(): { readonly hits: number; readonly misses: number } {
+    return this.docCacheCounts;
   }
 
   /** Every stored entry (tombstones included), in id order; for full copies and index rebuilds. */

@@ -61,6 +61,8 @@ const NODE_FAMILIES: Record<string, MetricType> = {
   shardex_update_log_entries: 'gauge',
   shardex_replica_docs: 'gauge',
   shardex_replica_max_version: 'gauge',
+  shardex_doc_cache_hits_total: 'counter',
+  shardex_doc_cache_misses_total: 'counter',
   shardex_index_segments_written_total: 'counter',
   shardex_index_opens_total: 'counter',
   shardex_coordination_connected: 'gauge',
@@ -132,6 +134,25 @@ describe('node metrics', () => {
       expect((await samples(url, 'shardex_coordination_connected')).get('')).toBe(1);
       expect((await samples(url, 'shardex_distributor_queued')).get('')).toBe(0);
     }
+
+    // The page's stored documents, read at the leader: from its store the first time, from its
+    // document cache when the same page is asked again.
+    const cache = async (): Promise<[number, number]> => [
+      (await samples(leaderUrl, 'shardex_doc_cache_hits_total')).get(`{${replica}}`) ?? NaN,
+      (await samples(leaderUrl, 'shardex_doc_cache_misses_total')).get(`{${replica}}`) ?? NaN,
+    ];
+    const [hits0, misses0] = await cache();
+    const page = async (): Promise<void> => {
+      const res = await http<{ hits: unknown[] }>('GET', `${followerUrl}/api/collections/${C}/search?q=doc&limit=5&fields=id,title`);
+      expect(res.status).toBe(200);
+      expect(res.body.hits).toHaveLength(5);
+    };
+    await page();
+    const [hits1, misses1] = await cache();
+    expect(misses1 - misses0).toBe(5);
+    await page();
+    expect(await cache()).toEqual([hits1 + 5, misses1]);
+    expect(hits1).toBe(hits0);
   });
 });
 
