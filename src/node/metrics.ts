@@ -32,18 +32,33 @@ export interface NodeMetrics {
 
 export function nodeMetrics(registry: Registry, source: NodeMetricsSource): NodeMetrics {
   const registers = [registry];
-  const replicaGauge = (name: string, help: string, value: (r: ShardReplica) => number): void => {
-    new Gauge({
-      name,
-      help,
-      labelNames: ['replica'],
-      registers,
-      collect() {
-        this.reset();
-        for (const r of source.replicas()) this.set({ replica: r.key }, value(r));
-      },
-    });
+  /** A series with one sample per replica this node holds, read from it at each scrape: a gauge, or a counter the replica keeps. */
+  const perReplica = (type: 'gauge' | 'counter', name: string, help: string, value: (r: ShardReplica) => number): void => {
+    const fill = (m: Gauge<'replica'> | Counter<'replica'>): void => {
+      m.reset();
+      for (const r of source.replicas()) {
+        if (m instanceof Gauge) m.set({ replica: r.key }, value(r));
+        else m.inc({ replica: r.key }, value(r));
+      }
+    };
+    const config = { name, help, labelNames: ['replica'] as const, registers };
+    if (type === 'gauge') {
+      new Gauge({
+        ...config,
+        collect() {
+          fill(this);
+        },
+      });
+    } else {
+      new Counter({
+        ...config,
+        collect() {
+          fill(this);
+        },
+      });
+    }
   };
+  const replicaGauge = (name: string, help: string, value: (r: ShardReplica) => number): void => perReplica('gauge', name, help, value);
   new Gauge({
     name: 'shardex_distributor_queued',
     help: 'Updates waiting in the distributor (buffered, waiting for a slot, or pausing before a retry)',
@@ -65,20 +80,8 @@ export function nodeMetrics(registry: Registry, source: NodeMetricsSource): Node
   replicaGauge('shardex_replica_docs', 'Live documents of the replica', (r) => r.store.docCount);
   replicaGauge('shardex_update_log_entries', "Entries in the replica's update log", (r) => r.store.logSize);
   replicaGauge('shardex_replica_max_version', 'Newest version the replica holds', (r) => r.store.maxVersion);
-  const replicaCounter = (name: string, help: string, value: (r: ShardReplica) => number): void => {
-    new Counter({
-      name,
-      help,
-      labelNames: ['replica'],
-      registers,
-      collect() {
-        this.reset();
-        for (const r of source.replicas()) this.inc({ replica: r.key }, value(r));
-      },
-    });
-  };
-  replicaCounter('shardex_doc_cache_hits_total', "Ids of pages of hits the replica's document cache answered", (r) => r.store.docCacheStats.hits);
-  replicaCounter('shardex_doc_cache_misses_total', "Ids of pages of hits read from the replica's store (then cached)", (r) => r.store.docCacheStats.misses);
+  perReplica('counter', 'shardex_doc_cache_hits_total', "Ids of pages of hits the replica's document cache answered", (r) => r.store.docCacheStats.hits);
+  perReplica('counter', 'shardex_doc_cache_misses_total', "Ids of pages of hits read from the replica's store (then cached)", (r) => r.store.docCacheStats.misses);
   new Gauge({
     name: 'shardex_coordination_connected',
     help: 'Whether the coordination session (ZooKeeper) is usable for leadership (1) or not (0)',
