@@ -314,7 +314,10 @@ describe('partitions, as Jepsen runs them (3 nodes + ZooKeeper + client, each in
     for (const [check, problems] of Object.entries(failures)) {
       expect.soft(problems.slice(0, 15), `${check}: ${problems.length} problem(s)`).toEqual([]);
     }
-    expect(outcomes.filter((o) => verdict(o) === 'ack').length, 'acknowledged writes over the whole run').toBeGreaterThan(500);
+    // Not a throughput check: that the checks above had acknowledged writes to look at. How many a
+    // run gets depends on how each round's faults land (387 to 616 in two runs of the same code: a
+    // cut leader's shard waits for its ZooKeeper session to expire, or not).
+    expect(outcomes.filter((o) => verdict(o) === 'ack').length, 'acknowledged writes over the whole run').toBeGreaterThan(200);
   });
 });
 
