@@ -58,7 +58,6 @@ export function nodeMetrics(registry: Registry, source: NodeMetricsSource): Node
       });
     }
   };
-  const replicaGauge = (name: string, help: string, value: (r: ShardReplica) => number): void => perReplica('gauge', name, help, value);
   new Gauge({
     name: 'shardex_distributor_queued',
     help: 'Updates waiting in the distributor (buffered, waiting for a slot, or pausing before a retry)',
@@ -75,11 +74,11 @@ export function nodeMetrics(registry: Registry, source: NodeMetricsSource): Node
       this.set(source.distributor.stats.inFlight);
     },
   });
-  replicaGauge('shardex_replica_leader', 'Whether this node leads the replica (1) or not (0)', (r) => (r.role === 'leader' ? 1 : 0));
-  replicaGauge('shardex_replica_recovering', 'Whether the replica is recovering or catching up (1) or not (0)', (r) => (r.recovering || r.catchingUp ? 1 : 0));
-  replicaGauge('shardex_replica_docs', 'Live documents of the replica', (r) => r.store.docCount);
-  replicaGauge('shardex_update_log_entries', "Entries in the replica's update log", (r) => r.store.logSize);
-  replicaGauge('shardex_replica_max_version', 'Newest version the replica holds', (r) => r.store.maxVersion);
+  perReplica('gauge', 'shardex_replica_leader', 'Whether this node leads the replica (1) or not (0)', (r) => (r.role === 'leader' ? 1 : 0));
+  perReplica('gauge', 'shardex_replica_recovering', 'Whether the replica is recovering or catching up (1) or not (0)', (r) => (r.recovering || r.catchingUp ? 1 : 0));
+  perReplica('gauge', 'shardex_replica_docs', 'Live documents of the replica', (r) => r.store.docCount);
+  perReplica('gauge', 'shardex_update_log_entries', "Entries in the replica's update log", (r) => r.store.logSize);
+  perReplica('gauge', 'shardex_replica_max_version', 'Newest version the replica holds', (r) => r.store.maxVersion);
   perReplica('counter', 'shardex_doc_cache_hits_total', "Ids of pages of hits the replica's document cache answered", (r) => r.store.docCacheStats.hits);
   perReplica('counter', 'shardex_doc_cache_misses_total', "Ids of pages of hits read from the replica's store (then cached)", (r) => r.store.docCacheStats.misses);
   new Gauge({
