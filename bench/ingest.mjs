@@ -16,10 +16,11 @@ import { luceneRun } from './lucene.mjs';
 import { fmt, log, onOff, processCpuMs, ratio, startDevCluster } from './lib.mjs';
 
 function args(rest) {
-  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined, storeCompression: false, lucene: 1 };
+  const a = { docs: 100_000, batch: 500, concurrency: 8, runs: 1, profile: undefined, writeBufferMb: undefined, storeCompression: false, lucene: 1, checkpointInterval: undefined };
   for (let i = 0; i < rest.length; i += 2) {
     // --write-buffer-mb N: LevelDB's write buffer for the cluster's replicas AND the baseline store.
     // --store-compression yes: the replicas' stores AND the baseline store with LevelDB's block compression.
+    // --checkpoint-interval MS: the nodes' tunable (how often a replica writes its index segment).
     const key = rest[i].replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown ingest flag ${rest[i]}; flags: ${Object.keys(a).map((k) => '--' + k.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())).join(', ')}`);
     // --profile DIR: the dev cluster runs under `node --cpu-prof`, its profile written to DIR on exit.
@@ -95,7 +96,7 @@ function shardIndexRate(docs) {
 
 function table(a, x, title, single) {
   log('');
-  const buffer = `${a.writeBufferMb === undefined ? '' : `, LevelDB write buffer ${a.writeBufferMb} MiB in all`}${a.storeCompression ? ', LevelDB block compression on in all' : ''}`;
+  const buffer = `${a.writeBufferMb === undefined ? '' : `, LevelDB write buffer ${a.writeBufferMb} MiB in all`}${a.storeCompression ? ', LevelDB block compression on in all' : ''}${a.checkpointInterval === undefined ? '' : `, checkpoint interval ${a.checkpointInterval} ms`}`;
   const what = `${fmt(a.docs)} docs, batches of ${a.batch}, ${a.concurrency} in flight`;
   log(`| figure${title || buffer ? ` (${[title, buffer.slice(2)].filter(Boolean).join('; ')})` : ''} | durability request | durability async | ratio request/async |`);
   log(`|---|---|---|---|`);
@@ -147,7 +148,7 @@ async function once(a, batches, bodies, r, single) {
 
   log('starting dev cluster (3 nodes, 2 shards x 2 replicas) ...');
   const nodeArgs = a.profile === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', resolve(a.profile)];
-  const extra = [...(a.writeBufferMb === undefined ? [] : ['--write-buffer-mb', String(a.writeBufferMb)]), ...(a.storeCompression ? ['--store-compression'] : [])];
+  const extra = [...(a.writeBufferMb === undefined ? [] : ['--write-buffer-mb', String(a.writeBufferMb)]), ...(a.storeCompression ? ['--store-compression'] : []), ...(a.checkpointInterval === undefined ? [] : ['--checkpoint-interval', String(a.checkpointInterval)])];
   const cluster = await startDevCluster({ nodes: 3, shards: 2, replicas: 2, nodeArgs, extra });
   try {
     // The same shape as `docs` (which has the default durability, request), asynchronous.

@@ -89,8 +89,10 @@ async function restartAll(cluster, expected, timeline = false) {
 /** One run at `n` documents: a fresh ZooKeeper and cluster, the empty restart, then the full one. */
 async function runOnce(n, a) {
   const compression = onOff('--store-compression', a.storeCompression);
-  log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes (LevelDB block compression ${compression ? 'on' : 'off'}) ...`);
-  const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout), nodeExtra: compression ? ['--store-compression'] : [] });
+  // --checkpoint-interval MS: the nodes' tunable (a shorter one leaves less journal at a kill).
+  const interval = a.checkpointInterval === 'default' ? [] : ['--checkpoint-interval', String(a.checkpointInterval)];
+  log(`-- ${fmt(n)} documents: starting ZooKeeper and 3 nodes (LevelDB block compression ${compression ? 'on' : 'off'}${interval.length > 0 ? `, checkpoint interval ${a.checkpointInterval} ms` : ''}) ...`);
+  const cluster = await startZkCluster({ nodes: 3, zkTimeoutMs: Number(a.zkTimeout), nodeExtra: [...(compression ? ['--store-compression'] : []), ...interval] });
   try {
     await postJson(`${cluster.urls[0]}/api/collections`, JSON.stringify({ name: C, numShards: 2, replicationFactor: 2, autoCommit: 'off' }));
     await waitSettled(cluster.urls[0], C);
@@ -110,7 +112,7 @@ async function runOnce(n, a) {
 const median = (xs) => percentile(xs, 50);
 
 export async function run(rest) {
-  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000, timeline: 'no', runs: 1, storeCompression: 'no' });
+  const a = parseFlags(rest, { docs: '100000,1000000', zkTimeout: 4000, timeline: 'no', runs: 1, storeCompression: 'no', checkpointInterval: 'default' });
   // The nodes log at info, so that each replica's open and recovery can be printed.
   process.env.SHARDEX_LOG_LEVEL ??= 'info';
   const sizes = String(a.docs).split(',').map(Number);

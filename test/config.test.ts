@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { COMMAND_KEYS, OPTIONS, envOf, flagOf, nodeOptionsOf, readConfigFile, readerOptionsOf, resolveConfig, type CommandName, type ConfigSources } from '../src/node/config.js';
 import { DevCluster, collectionRequest, devMember } from '../src/node/dev-cluster.js';
+import { checkpointCheckMs } from '../src/node/shardex-node.js';
+import { DEFAULT_CHECKPOINT_POLICY } from '../src/distrib/index-persistence.js';
 import { ThreadedDevCluster } from '../src/node/dev-threads.js';
 import { silentLogger } from '../src/logger.js';
 import { LIMITS } from '../src/node/http/limits.js';
@@ -267,9 +269,9 @@ describe('dev collection options', () => {
 
 describe('what the options configure', () => {
   it('gives a node its distributor, retries, timeouts and read balancer', async () => {
-    const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', storeCompression: true, docCacheSize: '0', mergeSegmentsPerTier: '4', readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
+    const c = await resolveConfig('node', { flags: { ...ZK, maxInFlight: '3', forwardRetries: '4', replicaRetries: '5', retryPause: '100', retryPauseMax: '250', callTimeout: '1000', deleteRetention: '2000', logRetention: '500', writeBufferMb: '8', storeCompression: true, docCacheSize: '0', mergeSegmentsPerTier: '4', checkpointInterval: '300', readPriority: 'report', readQueueSize: '7', readTimeout: '900' } });
     const o = nodeOptionsOf(c);
-    expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, storeCompression: true, docCacheSize: 0, checkpointPolicy: { segmentsPerTier: 4 }, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
+    expect(o).toMatchObject({ maxInFlight: 3, forwardRetries: 4, replicaRetries: 5, callTimeoutMs: 1000, deleteRetentionMs: 2000, logRetention: 500, writeBufferMb: 8, storeCompression: true, docCacheSize: 0, checkpointPolicy: { segmentsPerTier: 4, maxAgeMs: 300 }, readBalance: { defaultPriority: 'report', queueSize: 7, timeoutMs: 900 } });
     // Linear from 100 to at most 250, each pause jittered (up to 20% shorter).
     const pauses = Array.from({ length: 50 }, () => [1, 2, 3, 4].map((n) => o.backoff!(n)));
     const bounds = [100, 200, 250, 250];
@@ -282,9 +284,23 @@ describe('what the options configure', () => {
     expect(new Set(pauses.map((p) => p[1])).size).toBeGreaterThan(1);
   });
 
+  it('takes a checkpoint interval of 50 ms or more, and defaults to the index policy\'s 0.3 s', async () => {
+    expect((await refusal('node', { flags: { ...ZK, checkpointInterval: '20' } })).message).toMatch(/^--checkpoint-interval must be/);
+    expect(nodeOptionsOf(await resolveConfig('node', { flags: { ...ZK, checkpointInterval: '2000' } })).checkpointPolicy).toEqual({ segmentsPerTier: 10, maxAgeMs: 2000 });
+    expect(nodeOptionsOf(await resolveConfig('node', { flags: { ...ZK } })).checkpointPolicy).toEqual({ segmentsPerTier: 10, maxAgeMs: 300 });
+    expect(DEFAULT_CHECKPOINT_POLICY.maxAgeMs).toBe(300);
+  });
+
+  it('checks the checkpoint policy at least twice per interval, and at most every 250 ms', () => {
+    expect(checkpointCheckMs(500)).toBe(250);
+    expect(checkpointCheckMs(60_000)).toBe(250);
+    expect(checkpointCheckMs(300)).toBe(150);
+    expect(checkpointCheckMs(50)).toBe(25);
+  });
+
   it('refuses a merge tier of fewer than two segments, and defaults to ten', async () => {
     expect((await refusal('node', { flags: { ...ZK, mergeSegmentsPerTier: '1' } })).message).toMatch(/^--merge-segments-per-tier must be/);
-    expect(nodeOptionsOf(await resolveConfig('node', { flags: { ...ZK } })).checkpointPolicy).toEqual({ segmentsPerTier: 10 });
+    expect(nodeOptionsOf(await resolveConfig('node', { flags: { ...ZK } })).checkpointPolicy).toMatchObject({ segmentsPerTier: 10 });
   });
 
   it("keeps 512 parsed documents per replica by default (Solr's documentCache), and refuses a negative size", async () => {

@@ -425,7 +425,7 @@ describe('a replica index on disk', () => {
     );
   });
 
-  it('by default, writes any change once the last checkpoint was captured 0.5 s ago, or after 10,000 changes (README)', async () => {
+  it('by default, writes any change once the last checkpoint was captured 0.3 s ago, or after 10,000 changes (README)', async () => {
     await onClock(
       () => ({}),
       async (clock, replica, index) => {
@@ -433,8 +433,8 @@ describe('a replica index on disk', () => {
         const captured = clock.now;
         await index.checkpoint();
         await replica.apply([put(2)]);
-        expect(await index.maybeCheckpoint(captured + 499)).toBe(false);
-        expect(await index.maybeCheckpoint(captured + 500)).toBe(true);
+        expect(await index.maybeCheckpoint(captured + 299)).toBe(false);
+        expect(await index.maybeCheckpoint(captured + 300)).toBe(true);
         await replica.apply(Array.from({ length: 9_999 }, (_, i) => put(i + 10)));
         expect(await index.maybeCheckpoint(clock.now, { byAge: false })).toBe(false);
         await replica.apply([put(20_000)]);

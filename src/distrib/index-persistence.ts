@@ -65,11 +65,11 @@ export function isIndexFile(name: string): boolean {
 export interface CheckpointPolicy extends MergePolicy {
   /** Changes (applied ops) after which a checkpoint is written at the next check; default 10,000... */
   readonly maxChanges: number;
-  /** ...and any change at all once the last checkpoint was captured this long ago; default 0.5 s. */
+  /** ...and any change at all once the last checkpoint was captured this long ago; default 0.3 s (bench/RESULTS.md, restart: the journal a kill leaves). */
   readonly maxAgeMs: number;
 }
 
-export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 500, ...DEFAULT_MERGE_POLICY };
+export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 300, ...DEFAULT_MERGE_POLICY };
 
 /** How the index came back at open. */
 export interface IndexOpenReport {

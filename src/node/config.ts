@@ -13,6 +13,7 @@ import { DEFAULT_MERGE_POLICY, parseSchema } from '../index/index.js';
 import { PriorityName, TargetName } from '../read/balance-settings.js';
 import { parseDuration } from '../read/duration.js';
 import { DEFAULT_MAX_IN_FLIGHT } from '../distrib/distributor.js';
+import { DEFAULT_CHECKPOINT_POLICY } from '../distrib/index-persistence.js';
 import { DEFAULT_RETRY_PAUSE_MAX_MS, DEFAULT_RETRY_PAUSE_MS, nodeRetryBackoff } from '../distrib/retry.js';
 import { DEFAULT_FORWARD_RETRIES, DEFAULT_REPLICA_RETRIES } from '../distrib/update-processor.js';
 import { DEFAULT_READ_TIMEOUT_MS } from '../read/read-deadline.js';
@@ -121,6 +122,7 @@ export const OPTIONS = {
   deleteRetention: int(0, 86_400_000, "how long a delete's tombstone is kept, ms (Elasticsearch's index.gc_deletes)", '<ms>', { default: DEFAULT_DELETE_RETENTION_MS }),
   writeBufferMb: int(1, 256, "LevelDB write buffer per replica in MiB (default LevelDB's 4; larger: less compaction per write, and up to twice that much memory per replica)", '<mib>'),
   mergeSegmentsPerTier: int(2, 1000, "segments of one size tier that start a merge of the smallest into one (Lucene's TieredMergePolicy segmentsPerTier; fewer: fewer segments to search, more merging per document)", '<n>', { default: DEFAULT_MERGE_POLICY.segmentsPerTier }),
+  checkpointInterval: int(50, 3_600_000, "ms after a replica's last index checkpoint at which its changes since are written as a segment (as Solr's autoCommit maxTime): shorter, less journal to re-read after a crash, more segments to write and merge while indexing", '<ms>', { default: DEFAULT_CHECKPOINT_POLICY.maxAgeMs }),
   docCacheSize: int(0, 1_000_000, "parsed documents each replica keeps for pages of hits (Solr's documentCache), least recently used out; 0 turns it off", '<n>', { default: DEFAULT_DOC_CACHE_SIZE }),
   storeCompression: flag("LevelDB's block compression (Snappy) in the replicas' stores: about 0.6 times the disk, and about an eighth more CPU per document in the ingest benchmark (default off)"),
   group: { ...text('reader group', '<name>', { default: 'default' }), schema: TargetName, expect: 'a name of 1 to 64 characters from A-Z a-z 0-9 _ . and -' },
@@ -152,7 +154,7 @@ export type Config<K extends OptionKey> = { readonly [P in K as Given<Options[P]
 const PROCESS_KEYS = ['zk', 'port', 'grpcPort', 'data', 'name', 'host', 'advertiseHost', 'zkTimeout', 'clusterSecretFile', 'tlsCert', 'tlsKey', 'tlsCa', 'zkDigestFile', 'insecure'] as const;
 const LIMIT_KEYS = Object.keys(LIMITS) as Array<keyof typeof LIMITS>;
 /** A node's tunables: `shardex node` and `shardex dev` take them alike. */
-const NODE_TUNABLE_KEYS = ['apiKeys', ...LIMIT_KEYS, 'readPriority', 'readQueueSize', 'readTimeout', 'maxInFlight', 'forwardRetries', 'replicaRetries', 'retryPause', 'retryPauseMax', 'callTimeout', 'logRetention', 'deleteRetention', 'writeBufferMb', 'storeCompression', 'docCacheSize', 'mergeSegmentsPerTier'] as const;
+const NODE_TUNABLE_KEYS = ['apiKeys', ...LIMIT_KEYS, 'readPriority', 'readQueueSize', 'readTimeout', 'maxInFlight', 'forwardRetries', 'replicaRetries', 'retryPause', 'retryPauseMax', 'callTimeout', 'logRetention', 'deleteRetention', 'writeBufferMb', 'storeCompression', 'docCacheSize', 'mergeSegmentsPerTier', 'checkpointInterval'] as const;
 /** A reader's tunables: `shardex reader` and `shardex dev` take them alike. */
 const READER_TUNABLE_KEYS = ['snapshotExpiry', 'diskBudget', 'maxScans', 'drainTimeout', 'copyDocuments'] as const;
 
@@ -368,7 +370,12 @@ export function nodeOptionsOf(t: Partial<NodeTunables>): Partial<ShardexNodeOpti
     ...(t.writeBufferMb !== undefined && { writeBufferMb: t.writeBufferMb }),
     ...(t.storeCompression !== undefined && { storeCompression: t.storeCompression }),
     ...(t.docCacheSize !== undefined && { docCacheSize: t.docCacheSize }),
-    ...(t.mergeSegmentsPerTier !== undefined && { checkpointPolicy: { segmentsPerTier: t.mergeSegmentsPerTier } }),
+    ...((t.mergeSegmentsPerTier !== undefined || t.checkpointInterval !== undefined) && {
+      checkpointPolicy: {
+        ...(t.mergeSegmentsPerTier !== undefined && { segmentsPerTier: t.mergeSegmentsPerTier }),
+        ...(t.checkpointInterval !== undefined && { maxAgeMs: t.checkpointInterval }),
+      },
+    }),
   };
 }
 

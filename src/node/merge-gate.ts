@@ -4,7 +4,7 @@
 // merges wait while a replica of this node is opening or recovering, or while a replica of a
 // shard this node holds is on a live node and not active yet. A replica on a node that is gone
 // does not hold merges back, and none waits longer than `maxHoldMs` in a row (a replica that
-// keeps failing to recover). Checkpoints written because the last one is old (0.5 s) wait in the
+// keeps failing to recover). Checkpoints written because the last one is old (0.3 s by default) wait in the
 // same moments: on the node holding most replicas, a checkpoint written right after a replay
 // took CPU from the replicas still opening. Pure: the caller passes what it sees and the time.
 

@@ -11,7 +11,7 @@ import { CommandDistributor } from '../distrib/distributor.js';
 import { checkId } from '../distrib/documents.js';
 import type { CopyMessage, CopyShardRequest, ShardUpdate, ShardUpdateResult, WireOp } from '../transport/index.js';
 import { SearchIndexBinding, ShardReplica } from '../distrib/replica.js';
-import { PersistedIndex, type CheckpointPolicy, type CommittedIndex, type CommittedSegments } from '../distrib/index-persistence.js';
+import { DEFAULT_CHECKPOINT_POLICY, PersistedIndex, type CheckpointPolicy, type CommittedIndex, type CommittedSegments } from '../distrib/index-persistence.js';
 import { ShardStatsCache } from '../distrib/shard-stats-cache.js';
 import { MergeThread, schemaFingerprint } from '../distrib/segment-merge.js';
 import { distributedSearch, servePhase, type SearchParams, type SearchResponse, type ShardPhaseRequest } from '../distrib/search.js';
@@ -74,7 +74,7 @@ export interface ShardexNodeOptions {
   readonly selectorProfiles?: unknown;
   /** How long a delete's tombstone is kept (Elasticsearch's gc_deletes); default 60 s. */
   readonly deleteRetentionMs?: number;
-  /** When replicas write their index segment (default: 20,000 changes or a tenth of the documents, or any change after 60 s). */
+  /** When replicas write their index segment, and the merge policy (default DEFAULT_CHECKPOINT_POLICY: 10,000 changes, or any change 0.3 s after the last checkpoint). */
   readonly checkpointPolicy?: Partial<CheckpointPolicy>;
   /** Observes every batch a replica writes to disk (tests check sync-before-ack with it). */
   readonly onStoreWrite?: (replica: string, write: StoreWrite) => void;
@@ -93,8 +93,12 @@ export interface ReadBalanceOptions {
   readonly pollMs?: number;
 }
 
-/** How often replicas' index checkpoint policies are checked. */
+/** How often replicas' index checkpoint policies are checked: at most this long apart... */
 const CHECKPOINT_CHECK_MS = 250;
+/** ...and at least twice per checkpoint interval (a shorter `maxAgeMs` is checked as often as it asks). */
+export function checkpointCheckMs(maxAgeMs: number): number {
+  return Math.max(25, Math.min(CHECKPOINT_CHECK_MS, Math.floor(maxAgeMs / 2)));
+}
 /** The longest merges wait in a row for replicas coming up (merge-gate.ts). */
 const MERGE_HOLD_MAX_MS = 60_000;
 
@@ -362,7 +366,7 @@ export class ShardexNode {
     this.unwatchReaders = this.coordinator.onChange(() => this.markReadTargets(this.readBalance.settings()));
     this.unwatchLeaderBalance = this.coordinator.onChange(() => this.leaderBalance.check());
     await this.readBalance.start().catch(() => this.retryReadBalanceLoad());
-    this.checkpointTimer = setInterval(() => this.checkpointReplicas(), CHECKPOINT_CHECK_MS);
+    this.checkpointTimer = setInterval(() => this.checkpointReplicas(), checkpointCheckMs(this.o.checkpointPolicy?.maxAgeMs ?? DEFAULT_CHECKPOINT_POLICY.maxAgeMs));
     this.checkpointTimer.unref();
     this.started = true;
     this.log.info({ http: this.httpUrl, grpc: this.grpcAddress }, 'node started');
