@@ -57,13 +57,24 @@ async function compiled() {
   return `${out}:${cp}`;
 }
 
+/** Figures of timed rounds, as bench/search.mjs's sequentialRun gives them. */
+export function sequentialFigures(byQuery) {
+  const all = byQuery.flat();
+  const wallMs = all.reduce((s, x) => s + x, 0);
+  return { byQuery, all, wallMs, qps: all.length / (wallMs / 1000) };
+}
+
 /**
- * Indexes `docs` into a Lucene index on disk (committed) and runs `mix` (bench/search.mjs's
- * query mix), counting every hit and with Lucene's default collection. Returns the figures.
+ * Indexes `docs` into a Lucene index on disk (committed) in a JVM of its own and warms up `mix`
+ * (bench/search.mjs's query mix) in both ways of collecting: counting every hit (`exact`) and
+ * Lucene's default. Resolves with the index's figures and `run(mode, rounds)`, which times that
+ * many rounds of the mix (ms by query) when asked, so that the caller can alternate Lucene's
+ * rounds with its own engine's; `close()` ends the JVM.
  */
-export async function luceneRun(docs, mix, { rounds, warmup, limit }) {
+export async function luceneSession(docs, mix, { warmup, limit }) {
   const classpath = await compiled();
   const dir = await mkdtemp(join(tmpdir(), 'shardex-bench-lucene-run-'));
+  let child;
   try {
     const docsFile = join(dir, 'docs.tsv');
     const w = createWriteStream(docsFile);
@@ -75,28 +86,45 @@ export async function luceneRun(docs, mix, { rounds, warmup, limit }) {
     await once(w, 'finish');
     const queriesFile = join(dir, 'queries.tsv');
     await writeFile(queriesFile, mix.map((q) => `${q.kind}\t${q.words.join(' ')}\t${q.category ?? ''}\t${q.sortPrice ? 1 : 0}`).join('\n') + '\n');
-    log(`Lucene: indexing ${docs.length.toLocaleString('en-US')} docs (one JVM, committed) and running the mix ...`);
-    const child = spawn('java', ['-Xms1g', '-Xmx1g', '-cp', classpath, 'LuceneBench', docsFile, queriesFile, join(dir, 'index'), String(rounds), String(warmup), String(limit)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
+    log(`Lucene: indexing ${docs.length.toLocaleString('en-US')} docs (one JVM, committed) and warming up the mix ...`);
+    child = spawn('java', ['-Xms1g', '-Xmx1g', '-cp', classpath, 'LuceneBench', docsFile, queriesFile, join(dir, 'index'), String(warmup), String(limit)], {
+      stdio: ['pipe', 'pipe', 'pipe'],
     });
-    let stdout = '';
     let stderr = '';
     let partial = '';
-    child.stdout.on('data', (c) => (stdout += c));
     child.stderr.on('data', (c) => {
       stderr += c;
       const lines = (partial + c).split('\n');
       partial = lines.pop();
       for (const line of lines) if (line.trim()) log(`  ${line.trim()}`);
     });
-    const [code] = await once(child, 'close');
-    if (code !== 0) throw new Error(`the Lucene baseline failed (exit ${code}):\n${stderr.slice(-2000)}`);
-    const r = JSON.parse(stdout);
-    const seq = (byQuery) => {
-      const all = byQuery.flat();
-      const wallMs = all.reduce((s, x) => s + x, 0);
-      return { byQuery, all, wallMs, qps: all.length / (wallMs / 1000) };
+    // One JSON line per answer: the figures first, then one per `MODE ROUNDS` asked.
+    const answers = [];
+    const waiting = [];
+    let out = '';
+    let failed;
+    const fail = (err) => {
+      failed ??= err;
+      for (const w of waiting.splice(0)) w.reject(failed);
     };
+    child.stdout.on('data', (c) => {
+      const lines = (out + c).split('\n');
+      out = lines.pop();
+      for (const line of lines) {
+        if (!line.trim()) continue;
+        const w = waiting.shift();
+        if (w) w.resolve(JSON.parse(line));
+        else answers.push(JSON.parse(line));
+      }
+    });
+    const exited = once(child, 'close').then(([code]) => fail(new Error(`the Lucene baseline ended (exit ${code}):\n${stderr.slice(-2000)}`)));
+    const next = () => {
+      if (answers.length > 0) return Promise.resolve(answers.shift());
+      if (failed) return Promise.reject(failed);
+      return new Promise((resolve, reject) => waiting.push({ resolve, reject }));
+    };
+    const r = await next();
+    const proc = child;
     return {
       rate: r.docs / r.indexSeconds,
       indexBytes: r.indexBytes,
@@ -104,10 +132,35 @@ export async function luceneRun(docs, mix, { rounds, warmup, limit }) {
       heapBytes: r.heapBytes,
       segments: r.segments,
       totals: r.totals,
-      exact: seq(r.exact),
-      default: seq(r.default),
+      /** Times `rounds` rounds of the mix, `mode` 'exact' or 'default'; resolves with ms by query. */
+      async run(mode, rounds) {
+        proc.stdin.write(`${mode} ${rounds}\n`);
+        const a = await next();
+        if (a.mode !== mode) throw new Error(`the Lucene baseline answered ${a.mode} to ${mode}`);
+        return a.ms;
+      },
+      async close() {
+        proc.stdin.end();
+        await exited;
+        await rm(dir, { recursive: true, force: true });
+      },
     };
-  } finally {
+  } catch (err) {
+    child?.kill('SIGKILL');
     await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/** luceneSession, then `rounds` timed rounds in each way of collecting, one after the other. */
+export async function luceneRun(docs, mix, { rounds, warmup, limit }) {
+  const session = await luceneSession(docs, mix, { warmup, limit });
+  try {
+    const { run, close, ...figures } = session;
+    const exact = rounds > 0 && mix.length > 0 ? await run('exact', rounds) : mix.map(() => []);
+    const byDefault = rounds > 0 && mix.length > 0 ? await run('default', rounds) : mix.map(() => []);
+    return { ...figures, exact: sequentialFigures(exact), default: sequentialFigures(byDefault) };
+  } finally {
+    await session.close();
   }
 }

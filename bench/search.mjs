@@ -8,6 +8,9 @@
 // And Apache Lucene (bench/lucene.mjs: Debian's liblucene8-java in a JVM, installed when missing) on
 // the same documents and queries, match counts checked, every Shardex figure printed as a ratio
 // to it (issue 15).
+// Lucene's timed rounds alternate with the in-process ShardIndex's (4 blocks each way, Lucene's
+// JVM idle while ShardIndex runs), so that the two engines compared most closely are measured in
+// the same minutes.
 //
 // The baselines are synchronous libraries: they run on this process's one thread, one query
 // after another, so their queries/s is the sequential rate. The dev cluster is one process (each
@@ -29,7 +32,7 @@ import pLimit from 'p-limit';
 import { generateDocs } from '../dist/corpus.js';
 import { loadSegment, parseSchema, ShardIndex, writeSegment } from '../dist/index/index.js';
 import { dirSize, fmt, httpRequest, log, metricSum, percentile, processCpuMs, ratio, rssOf, startDevCluster, startZkCluster, untilSettled, vocabularyByRank, waitSettled } from './lib.mjs';
-import { luceneRun } from './lucene.mjs';
+import { luceneSession, sequentialFigures } from './lucene.mjs';
 
 const COLLECTION = 'bench';
 const FIELDS = { title: 'text', body: 'text', category: 'keyword', price: 'number', ts: 'date' };
@@ -155,6 +158,32 @@ async function sequentialRun(label, mix, runOne, { rounds, warmup }) {
   }
   const wallMs = performance.now() - t0;
   return { byQuery, all: byQuery.flat(), wallMs, qps: (rounds * mix.length) / (wallMs / 1000) };
+}
+
+/** Blocks of rounds the in-process ShardIndex and Lucene take turns in. */
+const LUCENE_BLOCKS = 4;
+
+/**
+ * sequentialRun of `runOne` (`ours`); with `other` (rounds => ms by query, e.g. Lucene's), the
+ * rounds go in LUCENE_BLOCKS blocks, each followed by as many of `other`'s (`theirs`).
+ */
+async function alternatingRun(label, mix, runOne, { rounds, warmup }, other) {
+  if (!other) return { ours: await sequentialRun(label, mix, runOne, { rounds, warmup }) };
+  await warmUp(label, mix, runOne, warmup);
+  const ours = mix.map(() => []);
+  const theirs = mix.map(() => []);
+  let wallMs = 0;
+  for (let b = 0; b < LUCENE_BLOCKS; b++) {
+    const n = Math.floor((rounds * (b + 1)) / LUCENE_BLOCKS) - Math.floor((rounds * b) / LUCENE_BLOCKS);
+    if (n === 0) continue;
+    const block = await sequentialRun(label, mix, runOne, { rounds: n, warmup: 0 });
+    wallMs += block.wallMs;
+    block.byQuery.forEach((ms, i) => ours[i].push(...ms));
+    (await other(n)).forEach((ms, i) => theirs[i].push(...ms));
+    log(`  ${label}: block ${b + 1} / ${LUCENE_BLOCKS} (${n} rounds each)`);
+  }
+  const all = ours.flat();
+  return { ours: { byQuery: ours, all, wallMs, qps: all.length / (wallMs / 1000) }, theirs: sequentialFigures(theirs) };
 }
 
 function memoryNow(gc) {
@@ -559,10 +588,31 @@ export async function run(rest) {
   checkTime('ShardIndex');
   const localTotals = [];
   for (const q of mix) localTotals.push((await local.runOne(q)).total);
-  log('in-process ShardIndex: sequential latency ...');
-  const localSeq = await sequentialRun('ShardIndex', mix, local.runOne, a);
-  log(`in-process ShardIndex: the same with trackTotalHits=${LUCENE_DEFAULT_COUNT} ...`);
-  const localCounted = await sequentialRun('ShardIndex, trackTotalHits', mix, (q) => local.runOne(q, LUCENE_DEFAULT_COUNT), a);
+  // ---- Apache Lucene, in its own JVM (the baseline issue 15 measures Shardex against) ----
+  // Indexed and warmed up now; its timed rounds alternate with the in-process ShardIndex's, so
+  // that the two are measured in the same minutes (this machine's speed drifts by 10% and more).
+  let session;
+  if (a.lucene) {
+    checkTime('Lucene');
+    session = await luceneSession(docs, mix, { warmup: a.warmup, limit: LIMIT });
+  }
+  let lucene;
+  let localSeq;
+  let localCounted;
+  try {
+    log(`in-process ShardIndex: sequential latency${session ? `, alternating with Lucene counting every hit in ${LUCENE_BLOCKS} blocks` : ''} ...`);
+    const seqPair = await alternatingRun('ShardIndex', mix, local.runOne, a, session && ((rounds) => session.run('exact', rounds)));
+    log(`in-process ShardIndex: the same with trackTotalHits=${LUCENE_DEFAULT_COUNT}${session ? ', alternating with Lucene\'s default collection' : ''} ...`);
+    const countedPair = await alternatingRun('ShardIndex, trackTotalHits', mix, (q) => local.runOne(q, LUCENE_DEFAULT_COUNT), a, session && ((rounds) => session.run('default', rounds)));
+    localSeq = seqPair.ours;
+    localCounted = countedPair.ours;
+    if (session) {
+      const { run, close, ...figures } = session;
+      lucene = { ...figures, exact: seqPair.theirs, default: countedPair.theirs };
+    }
+  } finally {
+    await session?.close();
+  }
   log('in-process ShardIndex written as one segment file and loaded as a replica loads it ...');
   const persisted = await persistedEngine(local, mix, localTotals, gc);
   persisted.index = null;
@@ -587,13 +637,6 @@ export async function run(rest) {
     ftsSeq = await sequentialRun('FTS5', mix, fts.runOne, a);
   } finally {
     await fts.close();
-  }
-
-  // ---- Apache Lucene, in its own JVM (the baseline issue 15 measures Shardex against) ----
-  let lucene;
-  if (a.lucene) {
-    checkTime('Lucene');
-    lucene = await luceneRun(docs, mix, { rounds: a.rounds, warmup: a.warmup, limit: LIMIT });
   }
 
   log('');

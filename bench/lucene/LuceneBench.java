@@ -14,7 +14,10 @@
 // Input (written by bench/lucene.mjs; tab-separated, no escaping needed for the corpus):
 //   docs file:    id \t title \t body \t category \t price \t source-json
 //   queries file: kind \t words (space-separated) \t category or '' \t '1' to sort by price desc
-// Output: progress lines on stderr; one JSON object on stdout.
+// Output: progress lines on stderr. On stdout, once the index is built and both modes are warmed
+// up, one JSON line of its figures; then, for each line `MODE ROUNDS` read from stdin (MODE
+// `exact` or `default`), one JSON line of that many timed rounds of the mix (ms by query), so
+// that the caller can alternate blocks of Lucene's rounds with its own engine's. EOF ends it.
 //
 // Analysis: StandardAnalyzer without stop words (Shardex's analyzer, for this corpus of
 // lower-case ASCII words). Scoring: BM25 (k1 1.2, b 0.75), a word in either text field summed
@@ -74,16 +77,15 @@ public final class LuceneBench {
   private record Spec(String kind, String[] words, String category, boolean sortPrice) {}
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 6) {
-      System.err.println("usage: LuceneBench DOCS_FILE QUERIES_FILE INDEX_DIR ROUNDS WARMUP LIMIT");
+    if (args.length != 5) {
+      System.err.println("usage: LuceneBench DOCS_FILE QUERIES_FILE INDEX_DIR WARMUP LIMIT, then MODE ROUNDS lines on stdin");
       System.exit(2);
     }
     Path docsFile = Paths.get(args[0]);
     Path queriesFile = Paths.get(args[1]);
     Path indexDir = Paths.get(args[2]);
-    int rounds = Integer.parseInt(args[3]);
-    int warmup = Integer.parseInt(args[4]);
-    int limit = Integer.parseInt(args[5]);
+    int warmup = Integer.parseInt(args[3]);
+    int limit = Integer.parseInt(args[4]);
 
     long heapAtStart = usedHeap();
     List<Spec> mix = readQueries(queriesFile);
@@ -152,10 +154,19 @@ public final class LuceneBench {
       out.append(",\"heapBytes\":").append(heapBytes);
       out.append(",\"segments\":").append(reader.leaves().size());
       out.append(",\"totals\":").append(json(totals));
+      out.append('}');
       for (String mode : new String[] {"exact", "default"}) {
-        int threshold = mode.equals("exact") ? Integer.MAX_VALUE : DEFAULT_TOTAL_HITS_THRESHOLD;
-        System.err.printf(Locale.ROOT, "Lucene (%s totals): %d warm-up and %d timed rounds of %d queries ...%n", mode, warmup, rounds, queries.size());
-        for (int r = 0; r < warmup; r++) for (int i = 0; i < queries.size(); i++) runOne(searcher, fetch, queries.get(i), mix.get(i), limit, threshold);
+        System.err.printf(Locale.ROOT, "Lucene (%s totals): %d warm-up rounds of %d queries ...%n", mode, warmup, queries.size());
+        for (int r = 0; r < warmup; r++) for (int i = 0; i < queries.size(); i++) runOne(searcher, fetch, queries.get(i), mix.get(i), limit, threshold(mode));
+      }
+      System.out.println(out);
+      System.out.flush();
+      BufferedReader commands = new BufferedReader(new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8));
+      for (String line; (line = commands.readLine()) != null; ) {
+        String[] c = line.trim().split(" ");
+        if (c.length != 2 || !(c[0].equals("exact") || c[0].equals("default"))) throw new IllegalArgumentException("expected `exact|default ROUNDS`, got: " + line);
+        int rounds = Integer.parseInt(c[1]);
+        int threshold = threshold(c[0]);
         double[][] ms = new double[queries.size()][rounds];
         for (int r = 0; r < rounds; r++) {
           for (int i = 0; i < queries.size(); i++) {
@@ -164,11 +175,15 @@ public final class LuceneBench {
             ms[i][r] = (System.nanoTime() - s) / 1e6;
           }
         }
-        out.append(",\"").append(mode).append("\":").append(json(ms));
+        System.out.println("{\"mode\":\"" + c[0] + "\",\"ms\":" + json(ms) + "}");
+        System.out.flush();
       }
-      out.append('}');
-      System.out.println(out);
     }
+  }
+
+  /** Hits counted exactly: every one (`exact`, what Shardex does by default), or Lucene's default (exact up to 1,000). */
+  private static int threshold(String mode) {
+    return mode.equals("exact") ? Integer.MAX_VALUE : DEFAULT_TOTAL_HITS_THRESHOLD;
   }
 
   private static StandardAnalyzer analyzer() {
