@@ -8,9 +8,10 @@
 // And Apache Lucene (bench/lucene.mjs: Debian's liblucene8-java in a JVM, installed when missing) on
 // the same documents and queries, match counts checked, every Shardex figure printed as a ratio
 // to it (issue 15).
-// Lucene's timed rounds alternate with the in-process ShardIndex's (4 blocks each way, Lucene's
-// JVM idle while ShardIndex runs), so that the two engines compared most closely are measured in
-// the same minutes.
+// Lucene's JVM is started (indexed, warmed up) first; its timed rounds then alternate with those
+// of each Shardex figure it is compared with (HTTP on the dev cluster, on node processes, the
+// in-process ShardIndex: 4 blocks each way, the JVM idle in between), so that each pair is
+// measured in the same minutes.
 //
 // The baselines are synchronous libraries: they run on this process's one thread, one query
 // after another, so their queries/s is the sequential rate. The dev cluster is one process (each
@@ -233,7 +234,8 @@ async function ingestHttp(cluster, bodies, batchSizes, total, concurrency) {
   return total / ((performance.now() - t0) / 1000);
 }
 
-async function shardexSearch(cluster, mix, a) {
+/** `session`: Lucene's JVM, whose rounds then alternate with the timed HTTP rounds (`lucene`: its figures of them). */
+async function shardexSearch(cluster, mix, a, session) {
   let next = 0;
   // The coordinator's time per round (timing=true), recorded during the timed rounds only.
   let phases;
@@ -252,12 +254,14 @@ async function shardexSearch(cluster, mix, a) {
   log(`shardex: sequential latency, ${a.rounds} rounds of ${mix.length} queries over HTTP ...`);
   await warmUp('shardex HTTP', mix, runOne, a.warmup);
   phases = [];
-  const seq = await sequentialRun('shardex HTTP', mix, runOne, { rounds: a.rounds, warmup: 0 });
+  const seqPair = await alternatingRun('shardex HTTP', mix, runOne, { rounds: a.rounds, warmup: 0 }, session && ((rounds) => session.run('exact', rounds)));
+  const seq = seqPair.ours;
   seq.phases = phases;
   phases = undefined;
   log(`shardex: the same with trackTotalHits=${LUCENE_DEFAULT_COUNT} (what Lucene's default counts), ${a.rounds} rounds ...`);
   trackTotalHits = LUCENE_DEFAULT_COUNT;
-  const counted = await sequentialRun('shardex HTTP, trackTotalHits', mix, runOne, { rounds: a.rounds, warmup: a.warmup });
+  const countedPair = await alternatingRun('shardex HTTP, trackTotalHits', mix, runOne, { rounds: a.rounds, warmup: a.warmup }, session && ((rounds) => session.run('default', rounds)));
+  const counted = countedPair.ours;
   trackTotalHits = undefined;
 
   log(`shardex: queries/s with ${a.clients} concurrent HTTP clients for ${a.qpsSeconds} s ...`);
@@ -274,7 +278,7 @@ async function shardexSearch(cluster, mix, a) {
     }),
   );
   const concurrentQps = count / ((performance.now() - t0) / 1000);
-  return { totals, seq, counted, concurrentQps };
+  return { totals, seq, counted, concurrentQps, ...(session && { lucene: { exact: seqPair.theirs, default: countedPair.theirs } }) };
 }
 
 // ---- in-process engines ----
@@ -529,6 +533,25 @@ export async function run(rest) {
     bodies.push(JSON.stringify(b));
   }
 
+  // ---- Apache Lucene, in its own JVM (the baseline issue 15 measures Shardex against) ----
+  // Indexed and warmed up first, with nothing else running; then its timed rounds alternate with
+  // those of each Shardex figure compared with it (HTTP, node processes, in-process ShardIndex),
+  // so that each pair is measured in the same minutes (this machine's speed drifts by 10% and
+  // more). Its JVM is idle in between.
+  let session;
+  if (a.lucene) {
+    checkTime('Lucene');
+    session = await luceneSession(docs, mix, { warmup: a.warmup, limit: LIMIT });
+  }
+  try {
+    await measure(a, gc, { docs, byId, mix, batchSizes, bodies }, session);
+  } finally {
+    await session?.close();
+  }
+}
+
+/** Every phase of the benchmark after Lucene's start (`session`: Lucene's JVM, when it runs). */
+async function measure(a, gc, { docs, byId, mix, batchSizes, bodies }, session) {
   // ---- Shardex over HTTP: its own process, nothing else running while it is measured ----
   const replicas = 2;
   log(`starting dev cluster (3 nodes); collection '${COLLECTION}': 2 shards x ${replicas} replicas, fields ${JSON.stringify(FIELDS)} ...`);
@@ -553,7 +576,7 @@ export async function run(rest) {
     log('shardex: waiting for the merges left by the ingest (until no segment is written for 5 s) ...');
     const waited = await untilSettled(cluster.urls, 5);
     log(`  settled after ${(waited / 1000).toFixed(1)} s`);
-    http = await shardexSearch(cluster, mix, a);
+    http = await shardexSearch(cluster, mix, a, session);
   } finally {
     log(`stopping dev cluster (pid ${cluster.pid}) ...`);
     await cluster.stop();
@@ -573,7 +596,7 @@ export async function run(rest) {
       await post(`${zc.urls[0]}/api/collections/${COLLECTION}/commit`, '{}');
       log('node processes: waiting for the merges left by the ingest (until no segment is written for 5 s) ...');
       await untilSettled(zc.urls, 5);
-      procHttp = await shardexSearch(zc, mix, a);
+      procHttp = await shardexSearch(zc, mix, a, session);
     } finally {
       log('stopping the node processes and ZooKeeper ...');
       await zc.stop();
@@ -588,30 +611,17 @@ export async function run(rest) {
   checkTime('ShardIndex');
   const localTotals = [];
   for (const q of mix) localTotals.push((await local.runOne(q)).total);
-  // ---- Apache Lucene, in its own JVM (the baseline issue 15 measures Shardex against) ----
-  // Indexed and warmed up now; its timed rounds alternate with the in-process ShardIndex's, so
-  // that the two are measured in the same minutes (this machine's speed drifts by 10% and more).
-  let session;
-  if (a.lucene) {
-    checkTime('Lucene');
-    session = await luceneSession(docs, mix, { warmup: a.warmup, limit: LIMIT });
-  }
+  log(`in-process ShardIndex: sequential latency${session ? `, alternating with Lucene counting every hit in ${LUCENE_BLOCKS} blocks` : ''} ...`);
+  const seqPair = await alternatingRun('ShardIndex', mix, local.runOne, a, session && ((rounds) => session.run('exact', rounds)));
+  log(`in-process ShardIndex: the same with trackTotalHits=${LUCENE_DEFAULT_COUNT}${session ? ', alternating with Lucene\'s default collection' : ''} ...`);
+  const countedPair = await alternatingRun('ShardIndex, trackTotalHits', mix, (q) => local.runOne(q, LUCENE_DEFAULT_COUNT), a, session && ((rounds) => session.run('default', rounds)));
+  const localSeq = seqPair.ours;
+  const localCounted = countedPair.ours;
+  // Lucene's figures, with its rounds of the in-process comparison (the HTTP ones have their own).
   let lucene;
-  let localSeq;
-  let localCounted;
-  try {
-    log(`in-process ShardIndex: sequential latency${session ? `, alternating with Lucene counting every hit in ${LUCENE_BLOCKS} blocks` : ''} ...`);
-    const seqPair = await alternatingRun('ShardIndex', mix, local.runOne, a, session && ((rounds) => session.run('exact', rounds)));
-    log(`in-process ShardIndex: the same with trackTotalHits=${LUCENE_DEFAULT_COUNT}${session ? ', alternating with Lucene\'s default collection' : ''} ...`);
-    const countedPair = await alternatingRun('ShardIndex, trackTotalHits', mix, (q) => local.runOne(q, LUCENE_DEFAULT_COUNT), a, session && ((rounds) => session.run('default', rounds)));
-    localSeq = seqPair.ours;
-    localCounted = countedPair.ours;
-    if (session) {
-      const { run, close, ...figures } = session;
-      lucene = { ...figures, exact: seqPair.theirs, default: countedPair.theirs };
-    }
-  } finally {
-    await session?.close();
+  if (session) {
+    const { run, close, ...figures } = session;
+    lucene = { ...figures, exact: seqPair.theirs, default: countedPair.theirs };
   }
   log('in-process ShardIndex written as one segment file and loaded as a replica loads it ...');
   const persisted = await persistedEngine(local, mix, localTotals, gc);
@@ -684,12 +694,12 @@ function luceneTable(a, mix, { http, procHttp, localSeq, localCounted, local, pe
   const lx = lucene.exact;
   const ld = lucene.default;
   const c = LUCENE_DEFAULT_COUNT;
-  log(`Against Apache Lucene 8 (in-process, one JVM, BM25; ${fmt(a.warmup)} warm-up rounds for the JIT, ${a.rounds} timed, as every engine here). Like for like: \`exact\` counts every hit (Shardex's default), \`default\` is Lucene's default collection, which counts up to ${fmt(c)} hits and then a lower bound (Shardex with trackTotalHits=${c}):`);
+  log(`Against Apache Lucene 8 (in-process, one JVM, BM25; ${fmt(a.warmup)} warm-up rounds for the JIT, ${a.rounds} timed, as every engine here). Like for like: \`exact\` counts every hit (Shardex's default), \`default\` is Lucene's default collection, which counts up to ${fmt(c)} hits and then a lower bound (Shardex with trackTotalHits=${c}). Lucene's timed rounds alternate with those of the figure they are compared with, in ${LUCENE_BLOCKS} blocks each way: its columns give its rounds beside the in-process ShardIndex's / beside the HTTP ones, and each ratio uses the Lucene figure measured beside it:`);
   log('');
-  log(`| figure | ShardIndex in-process, exact | ShardIndex in-process, trackTotalHits ${c} | shardex HTTP (3 nodes, 2 x 2), exact | shardex HTTP, trackTotalHits ${c} | Lucene exact | Lucene default | ShardIndex exact / Lucene exact | ShardIndex ${c} / Lucene default | HTTP exact / Lucene exact | HTTP ${c} / Lucene default |`);
+  log(`| figure | ShardIndex in-process, exact | ShardIndex in-process, trackTotalHits ${c} | shardex HTTP (3 nodes, 2 x 2), exact | shardex HTTP, trackTotalHits ${c} | Lucene exact (beside ShardIndex / beside HTTP) | Lucene default (beside ShardIndex / beside HTTP) | ShardIndex exact / Lucene exact | ShardIndex ${c} / Lucene default | HTTP exact / Lucene exact | HTTP ${c} / Lucene default |`);
   log('|---|---|---|---|---|---|---|---|---|---|---|');
-  const row = (figure, le, lc, he, hc, e, d, show) => log(`| ${figure} | ${show(le)} | ${show(lc)} | ${show(he)} | ${show(hc)} | ${show(e)} | ${show(d)} | ${ratio(le, e)} | ${ratio(lc, d)} | ${ratio(he, e)} | ${ratio(hc, d)} |`);
-  const runs = [localSeq, localCounted, http.seq, http.counted, lx, ld];
+  const row = (figure, le, lc, he, hc, e, d, eh, dh, show) => log(`| ${figure} | ${show(le)} | ${show(lc)} | ${show(he)} | ${show(hc)} | ${show(e)} / ${show(eh)} | ${show(d)} / ${show(dh)} | ${ratio(le, e)} | ${ratio(lc, d)} | ${ratio(he, eh)} | ${ratio(hc, dh)} |`);
+  const runs = [localSeq, localCounted, http.seq, http.counted, lx, ld, http.lucene.exact, http.lucene.default];
   mix.forEach((q, i) => row(`p50 ${q.name}`, ...runs.map((run) => percentile(run.byQuery[i], 50)), ms));
   row('p50, whole mix', ...runs.map((run) => percentile(run.all, 50)), ms);
   row('p99, whole mix', ...runs.map((run) => percentile(run.all, 99)), ms);
@@ -716,11 +726,12 @@ function luceneTable(a, mix, { http, procHttp, localSeq, localCounted, local, pe
     log('');
     log(`Over HTTP, the dev cluster (3 nodes in one process, a worker thread each) beside 3 \`shardex node\` processes on ZooKeeper (same collection, same queries, match counts equal), against Lucene's default (trackTotalHits ${c} for both):`);
     log('');
-    log(`| figure | HTTP, dev cluster | HTTP, 3 node processes | Lucene default | dev cluster / Lucene | node processes / Lucene | node processes / dev cluster |`);
+    log(`| figure | HTTP, dev cluster | HTTP, 3 node processes | Lucene default (beside the dev cluster / beside the node processes) | dev cluster / Lucene | node processes / Lucene | node processes / dev cluster |`);
     log('|---|---|---|---|---|---|---|');
-    const both = (figure, dv, pv, lv, show) => log(`| ${figure} | ${show(dv)} | ${show(pv)} | ${show(lv)} | ${ratio(dv, lv)} | ${ratio(pv, lv)} | ${ratio(pv, dv)} |`);
-    both('p50, whole mix', percentile(http.counted.all, 50), percentile(procHttp.counted.all, 50), percentile(ld.all, 50), ms);
-    both('p99, whole mix', percentile(http.counted.all, 99), percentile(procHttp.counted.all, 99), percentile(ld.all, 99), ms);
+    const both = (figure, dv, pv, ldv, lpv, show) => log(`| ${figure} | ${show(dv)} | ${show(pv)} | ${show(ldv)} / ${show(lpv)} | ${ratio(dv, ldv)} | ${ratio(pv, lpv)} | ${ratio(pv, dv)} |`);
+    const at = (run, p) => percentile(run.all, p);
+    both('p50, whole mix', at(http.counted, 50), at(procHttp.counted, 50), at(http.lucene.default, 50), at(procHttp.lucene.default, 50), ms);
+    both('p99, whole mix', at(http.counted, 99), at(procHttp.counted, 99), at(http.lucene.default, 99), at(procHttp.lucene.default, 99), ms);
     const rounds = (h) => [round(h, 'queryMs'), round(h, 'servedMs'), round(h, 'transportMs'), round(h, 'tookMs'), outside(h)].map(ms).join(' / ');
     log(`| p50 by round, exact: query (its slowest shard's own time / the rest of that call) / coordinator total / outside it (client p50 - coordinator p50) | ${rounds(http)} | ${rounds(procHttp)} | | | | |`);
     log(`| distributed overhead per query (HTTP p50 - ShardIndex p50): min / max, trackTotalHits ${c} | ${span(overheads(http.counted, localCounted))} | ${span(overheads(procHttp.counted, localCounted))} | | | | |`);
