@@ -125,6 +125,7 @@ export async function luceneSession(docs, mix, { warmup, limit }) {
     };
     const r = await next();
     const proc = child;
+    let closed;
     return {
       rate: r.docs / r.indexSeconds,
       indexBytes: r.indexBytes,
@@ -139,10 +140,14 @@ export async function luceneSession(docs, mix, { warmup, limit }) {
         if (a.mode !== mode) throw new Error(`the Lucene baseline answered ${a.mode} to ${mode}`);
         return a.ms;
       },
-      async close() {
-        proc.stdin.end();
-        await exited;
-        await rm(dir, { recursive: true, force: true });
+      /** Ends the JVM and removes its files; once, however often it is called. */
+      close() {
+        closed ??= (async () => {
+          proc.stdin.end();
+          await exited;
+          await rm(dir, { recursive: true, force: true });
+        })();
+        return closed;
       },
     };
   } catch (err) {

@@ -161,7 +161,7 @@ async function sequentialRun(label, mix, runOne, { rounds, warmup }) {
   return { byQuery, all: byQuery.flat(), wallMs, qps: (rounds * mix.length) / (wallMs / 1000) };
 }
 
-/** Blocks of rounds the in-process ShardIndex and Lucene take turns in. */
+/** Blocks of rounds in which a Shardex figure and Lucene's take turns (alternatingRun). */
 const LUCENE_BLOCKS = 4;
 
 /**
@@ -537,7 +537,7 @@ export async function run(rest) {
   // Indexed and warmed up first, with nothing else running; then its timed rounds alternate with
   // those of each Shardex figure compared with it (HTTP, node processes, in-process ShardIndex),
   // so that each pair is measured in the same minutes (this machine's speed drifts by 10% and
-  // more). Its JVM is idle in between.
+  // more). Its JVM is idle in between, and ends after its last rounds (or here, on an error).
   let session;
   if (a.lucene) {
     checkTime('Lucene');
@@ -618,10 +618,12 @@ async function measure(a, gc, { docs, byId, mix, batchSizes, bodies }, session) 
   const localSeq = seqPair.ours;
   const localCounted = countedPair.ours;
   // Lucene's figures, with its rounds of the in-process comparison (the HTTP ones have their own).
+  // Its last rounds are done: the JVM goes before the other engines are measured.
   let lucene;
   if (session) {
     const { run, close, ...figures } = session;
     lucene = { ...figures, exact: seqPair.theirs, default: countedPair.theirs };
+    await session.close();
   }
   log('in-process ShardIndex written as one segment file and loaded as a replica loads it ...');
   const persisted = await persistedEngine(local, mix, localTotals, gc);
