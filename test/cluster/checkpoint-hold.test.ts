@@ -4,7 +4,9 @@
 // where it is decided: a replica that is not recovering itself, on a node whose other replica is,
 // writes no checkpoint by age until that recovery ends, then writes one. The recovery is held by
 // failing its calls to the leader (connection refused), as test/cluster/recovery-retry.test.ts does.
-import { afterEach, describe, expect, it } from 'vitest';
+// Also: how often the node checks the checkpoint policy (twice per checkpointInterval, at least
+// every 250 ms), from the period of the timer its start arms.
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { PersistedIndex } from '../../src/distrib/index-persistence.js';
 import type { ShardReplica } from '../../src/distrib/replica.js';
 import type { ShardexNode } from '../../src/node/shardex-node.js';
@@ -68,5 +70,32 @@ describe('checkpoints while a replica of the node recovers', () => {
     failing = false;
     await recovery;
     await pollUntil('a checkpoint once the recovery ended', () => (unsealed(other) === 0 ? true : undefined), { ms: 20_000, everyMs: 20 });
+  });
+});
+
+describe("the node's checkpoint check", () => {
+  /** The periods of every setInterval the node's start arms, in this thread. */
+  async function periodsAtStart(maxAgeMs: number): Promise<number[]> {
+    const periods: number[] = [];
+    const real = globalThis.setInterval;
+    const spy = vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: () => void, ms?: number) => {
+      periods.push(ms ?? 0);
+      return real(fn, ms);
+    }) as typeof setInterval);
+    try {
+      tc = await startCluster({ nodes: 1, nodeOptions: { checkpointPolicy: { maxAgeMs } } });
+    } finally {
+      spy.mockRestore();
+    }
+    await tc.stop();
+    tc = undefined;
+    return periods;
+  }
+
+  it('runs twice per checkpoint interval, and at least every 250 ms (README)', async () => {
+    expect(await periodsAtStart(86)).toContain(43);
+    const long = await periodsAtStart(5_000);
+    expect(long).toContain(250);
+    expect(long).not.toContain(2_500);
   });
 });
