@@ -78,9 +78,9 @@ describe("the node's checkpoint check", () => {
   async function periodsAtStart(maxAgeMs: number): Promise<number[]> {
     const periods: number[] = [];
     const real = globalThis.setInterval;
-    const spy = vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: () => void, ms?: number) => {
+    const spy = vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: (...args: unknown[]) => void, ms?: number, ...args: unknown[]) => {
       periods.push(ms ?? 0);
-      return real(fn, ms);
+      return real(fn, ms, ...args);
     }) as typeof setInterval);
     try {
       tc = await startCluster({ nodes: 1, nodeOptions: { checkpointPolicy: { maxAgeMs } } });
