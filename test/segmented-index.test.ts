@@ -96,6 +96,66 @@ describe('SegmentedIndex', () => {
     expect(bounded.total).toBeLessThan(3000);
   });
 
+  it('past trackTotalHits, a page sorted by a number column reads in later segments only the documents that can still make it', () => {
+    const seg = new SegmentedIndex(schema);
+    const one = new ShardIndex(schema);
+    // The largest segment (searched first) holds the cheapest and the dearest; the others, prices between.
+    const sizes = [400, 300, 200, 100];
+    let n = 0;
+    sizes.forEach((size, s) => {
+      for (let i = 0; i < size; i++) {
+        const price = s > 0 ? s * 1000 + ((i * 37) % size) : i % 2 === 0 ? i : 100_000 + i;
+        const d = { title: i % 3 === 0 ? 'alpha beta' : 'alpha', price };
+        seg.add(`p${n}`, d);
+        one.add(`p${n++}`, d);
+      }
+      seg.seal(`seg${s}`);
+    });
+    for (const sort of ['price desc', 'price asc']) {
+      for (const track of [0, 10, 350]) {
+        const req: SearchRequest = { q: 'alpha', sort, limit: 10, trackTotalHits: track };
+        const exact = one.search({ ...req, trackTotalHits: true });
+        const r = seg.search(req);
+        expect(r.hits, `${sort}, trackTotalHits ${track}`).toEqual(exact.hits);
+        expect(r.total).toBeGreaterThanOrEqual(Math.min(track, exact.total));
+        expect(r.totalRelation).toBe('gte');
+        // Once the earlier segments hold ten hits, a later one is read from that bar on, not
+        // from its first documents: little is counted past the first segment's 400 matches.
+        expect(r.total).toBeLessThan(500);
+      }
+    }
+    // Counting every hit still counts every hit.
+    expect(seg.search({ q: 'alpha', sort: 'price desc', limit: 10 })).toEqual(one.search({ q: 'alpha', sort: 'price desc', limit: 10 }));
+  });
+
+  it('remembers the statistics of a query until the next change, and hands them out frozen', () => {
+    const seg = new SegmentedIndex(schema);
+    seg.add('a', { title: 'alpha beta' });
+    seg.seal('one');
+    seg.add('b', { title: 'alpha' });
+    const first = seg.collectStats({ q: 'alpha' });
+    expect(seg.collectStats({ q: 'alpha' })).toBe(first);
+    expect(Object.isFrozen(first) && Object.isFrozen(first.terms) && Object.isFrozen(first.terms[0])).toBe(true);
+    expect(seg.collectStats({ q: 'alpha', sort: 'price desc' })).not.toBe(first);
+    const docFreq = (): number => seg.collectStats({ q: 'alpha' }).terms.find((t) => t.field === 'title')!.docFreq;
+    expect(docFreq()).toBe(2);
+    seg.add('c', { title: 'alpha gamma' });
+    expect(docFreq()).toBe(3);
+    seg.seal('two');
+    seg.delete('a');
+    expect(docFreq()).toBe(2);
+    const before = seg.collectStats({ q: 'alpha' });
+    seg.replace(seg.segments, { name: 'merged', index: mergeIndexes(schema, seg.segments.map((s) => s.index)), deleted: new Set() });
+    expect(seg.collectStats({ q: 'alpha' })).not.toBe(before);
+    expect(docFreq()).toBe(2);
+    seg.delete('b');
+    seg.delete('c');
+    seg.add('d', { title: 'beta' });
+    seg.seal('three');
+    seg.dropEmpty();
+    expect(seg.collectStats({ q: 'alpha' }).terms).toEqual([]);
+  });
+
   it('keeps the ids of its parts disjoint: a replaced document is deleted from its older segment and listed there', () => {
     const seg = new SegmentedIndex(schema);
     seg.add('a', { title: 'alpha' });

@@ -49,6 +49,11 @@ export class SegmentedIndex implements ReplicaSearcher {
   private changes = 0;
   /** Told when a search finds a segment's file damaged (the search itself fails: see guard()). */
   onDamage: ((problem: string) => void) | undefined;
+  /**
+   * collectStats' answers by request, until the next change: a replica answering searches
+   * between writes sums its parts' statistics once per query, not on every search.
+   */
+  private readonly statsMemo = new Map<string, IndexStats>();
 
   constructor(schema: CollectionSchema, segments: readonly Segment[] = [], options: ShardIndexOptions = {}) {
     this.schema = schema;
@@ -95,13 +100,19 @@ export class SegmentedIndex implements ReplicaSearcher {
     const inBuffer = this.buffer.has(id);
     this.buffer.add(id, doc);
     if (!inBuffer) this.removeSealed(id);
-    this.changes++;
+    this.changed();
   }
 
   /** Removes the document; false when there was none. */
   delete(id: string): boolean {
-    this.changes++;
+    this.changed();
     return this.buffer.delete(id) || this.removeSealed(id);
+  }
+
+  /** After every change to the parts' documents: one more change to seal, and no remembered statistics. */
+  private changed(): void {
+    this.changes++;
+    this.statsMemo.clear();
   }
 
   /**
@@ -113,6 +124,7 @@ export class SegmentedIndex implements ReplicaSearcher {
    */
   seal(name: string, { trim = true }: { readonly trim?: boolean } = {}): Segment | undefined {
     this.changes = 0;
+    this.statsMemo.clear();
     if (this.buffer.size === 0) {
       this.buffer = new ShardIndex(this.schema, this.options);
       return undefined;
@@ -127,7 +139,10 @@ export class SegmentedIndex implements ReplicaSearcher {
   /** Segments holding no live document (every one deleted): dropped at once, returned so their files can go. */
   dropEmpty(): Segment[] {
     const empty = this.sealed.filter((s) => s.index.size === 0);
-    if (empty.length > 0) this.sealed = this.sealed.filter((s) => s.index.size > 0);
+    if (empty.length > 0) {
+      this.sealed = this.sealed.filter((s) => s.index.size > 0);
+      this.statsMemo.clear();
+    }
     return empty;
   }
 
@@ -137,6 +152,7 @@ export class SegmentedIndex implements ReplicaSearcher {
    * removed from it (and listed in its deletes). `merged` takes the place of the newest source.
    */
   replace(sources: readonly Segment[], merged: Segment): void {
+    this.statsMemo.clear();
     const from = new Set(sources);
     const sourceIndexes = new Set(sources.map((s) => s.index));
     for (const id of merged.index.liveIds()) {
@@ -173,6 +189,7 @@ export class SegmentedIndex implements ReplicaSearcher {
     const k = offset + limit;
     const perPart: SearchRequest = { ...parsed, offset: 0, limit: k };
     const byScore = sort.length === 1 && sort[0]!.type === 'score' && sort[0]!.order === 'desc';
+    const byNumber = sort[0]!.type === 'number';
     const track = countUpTo(req.trackTotalHits);
     let total = 0;
     let exact = true;
@@ -180,12 +197,18 @@ export class SegmentedIndex implements ReplicaSearcher {
     // The largest parts first: their hits set the bar (the k-th best score so far) that the
     // smaller ones' hits must reach, and once the total is counted as far as asked, the later
     // parts only look for hits that can still make the page (Lucene's collector across leaves).
+    // A page sorted by a number column sets a bar the same way (the k-th best value so far), for
+    // the documents past those a part counts (its share of trackTotalHits).
     for (const p of [...parts].sort((a, b) => b.size - a.size)) {
-      const floor = byScore && k > 0 && page.length === k ? page[k - 1]!.score : -Infinity;
-      const r = p.search(track === Infinity ? perPart : { ...perPart, trackTotalHits: Math.max(0, track - total) }, stats, floor);
+      const full = k > 0 && page.length === k;
+      const floor = byScore && full ? page[k - 1]!.score : -Infinity;
+      const left = Math.max(0, track - total);
+      const value = byNumber && full ? page[k - 1]!.sortValues[0] : undefined;
+      const r = p.search(track === Infinity ? perPart : { ...perPart, trackTotalHits: left }, stats, floor, typeof value === 'number' ? value : undefined);
       total += r.total;
       exact &&= r.totalRelation === undefined;
-      page = mergeHitLists([page, r.hits], sort, 0, k).hits;
+      // The parts' ids are disjoint: a part with no hit leaves the page as it is.
+      if (r.hits.length > 0) page = page.length === 0 ? r.hits : mergeHitLists([page, r.hits], sort, 0, k).hits;
     }
     return { total, hits: page, ...(!exact && { totalRelation: 'gte' as const }) };
   }
@@ -194,7 +217,17 @@ export class SegmentedIndex implements ReplicaSearcher {
     return this.guard(() => {
       const parts = this.parts();
       if (parts.length === 1) return parts[0]!.collectStats(req);
-      return mergeStats(parts.map((p) => p.collectStats(req)));
+      const key = statsKey(req);
+      const known = key === undefined ? undefined : this.statsMemo.get(key);
+      if (known !== undefined) return known;
+      // Parsed once for every part (a bad query fails as one index's would).
+      const parsed = this.buffer.parsed(req);
+      const stats = frozenStats(mergeStats(parts.map((p) => p.collectStats(parsed))));
+      if (key !== undefined) {
+        if (this.statsMemo.size >= STATS_MEMO_ENTRIES) this.statsMemo.delete(this.statsMemo.keys().next().value as string);
+        this.statsMemo.set(key, stats);
+      }
+      return stats;
     });
   }
 
@@ -243,6 +276,24 @@ export class SegmentedIndex implements ReplicaSearcher {
     parts.push(this.buffer);
     return parts;
   }
+}
+
+/** Queries whose statistics a SegmentedIndex remembers between two changes (the oldest forgotten first). */
+const STATS_MEMO_ENTRIES = 256;
+
+/** The memo key of a statistics request given as text (a request holding parsed objects is not remembered). */
+function statsKey(req: Pick<SearchRequest, 'q' | 'sort' | 'defaultOperator'>): string | undefined {
+  if ((req.q !== undefined && typeof req.q !== 'string') || (req.sort !== undefined && typeof req.sort !== 'string')) return undefined;
+  return `${req.q ?? ''}\u0000${req.sort ?? ''}\u0000${req.defaultOperator ?? ''}`;
+}
+
+/** Statistics handed out more than once: frozen, so that no caller can change what the next one gets. */
+function frozenStats(s: IndexStats): IndexStats {
+  for (const list of [s.fields, s.terms, s.sortFields]) {
+    for (const x of list) Object.freeze(x);
+    Object.freeze(list);
+  }
+  return Object.freeze(s);
 }
 
 /** When segments are merged: size tiers, after Lucene's TieredMergePolicy (much simplified). */

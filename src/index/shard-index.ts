@@ -639,11 +639,14 @@ export class ShardIndex implements IndexView, ForwardSink {
   /**
    * Phase 1: the total and the top offset+limit hits with their sort values. `floor` (a page
    * sorted by score only): a score that k = offset+limit documents searched elsewhere already
-   * reach; hits scoring below it may be left out, as they cannot make the page.
+   * reach; hits scoring below it may be left out, as they cannot make the page. `sortFloor` (a
+   * page whose first sort key is a number column, and trackTotalHits counted elsewhere): the
+   * value of that key that k documents searched elsewhere already reach; documents whose value is
+   * worse cannot make the page and may be left out of it and of the total (then a lower bound).
    */
-  search(req: SearchRequest = {}, globalStats?: IndexStats, floor = -Infinity): ShardSearchResult {
+  search(req: SearchRequest = {}, globalStats?: IndexStats, floor = -Infinity, sortFloor?: number): ShardSearchResult {
     const { offset, limit, q, filters, sort } = this.parseRequest(req);
-    const stats = globalStats === undefined ? null : new StatsLookup(globalStats);
+    const stats = globalStats === undefined ? null : StatsLookup.of(globalStats);
     this.checkSortFields(sort, stats);
 
     const executor = new QueryExecutor(this, stats, req.boosts);
@@ -658,7 +661,7 @@ export class ShardIndex implements IndexView, ForwardSink {
     }
     // A sort not by score scores only the page's hits (their score is still reported).
     const byScore = sort.some((key) => key.type === 'score');
-    const early = byScore || track === Infinity ? null : this.competingMatches(executor, q, filters, offset + limit, track, sort[0]);
+    const early = byScore || track === Infinity ? null : this.competingMatches(executor, q, filters, offset + limit, track, sort[0], sortFloor);
     const m = early ?? executor.matches(q, filters, byScore);
     const top = this.selectTop(m, offset + limit, sort);
     const scores = byScore ? null : this.pageScores(executor, q, m, top);
@@ -677,13 +680,18 @@ export class ShardIndex implements IndexView, ForwardSink {
    * `track` matches in document order, then only the later documents whose value is at least
    * as good as the k-th best so far, each checked against the query. Null when that does not
    * apply (another sort, a multi-valued column, too many competing documents): every match then.
+   * `floor`: a value k documents elsewhere reach (search's sortFloor): the bar starts there, and
+   * no first k matches are needed to set it.
    */
-  private competingMatches(executor: QueryExecutor, q: Query, filters: readonly Query[], k: number, track: number, key: SortKey): (Matches & { lowerBound: boolean }) | null {
+  private competingMatches(executor: QueryExecutor, q: Query, filters: readonly Query[], k: number, track: number, key: SortKey, floor?: number): (Matches & { lowerBound: boolean }) | null {
     if (key.type !== 'number') return null;
     const f = this.numeric(key.field);
     if (f === undefined || f.multi !== null) return null;
+    const desc = key.order === 'desc';
+    // Values as keys to maximize: a document whose key is below the bar cannot make the page.
+    const floorKey = floor === undefined || Number.isNaN(floor) ? -Infinity : desc ? floor : -floor;
     const cursor = executor.filteredCursor(q, filters, false);
-    const first = Math.max(track, k);
+    const first = floorKey === -Infinity ? Math.max(track, k) : track;
     let docs = new Int32Array(Math.min(first + 1, 1024));
     let n = 0;
     const push = (d: number): void => {
@@ -698,21 +706,22 @@ export class ShardIndex implements IndexView, ForwardSink {
     if (d === NO_MORE_DOCS || k === 0) return { docs, scores: null, size: n, lowerBound: d !== NO_MORE_DOCS };
     // The k best values so far as keys to maximize (a min-heap: the k-th best at the root): a
     // later document with a worse one cannot make the page, and the bar rises as better ones come.
-    const desc = key.order === 'desc';
     const best = new KeyHeap(k);
     for (let i = 0; i < n; i++) {
       const v = f.values[docs[i]];
       if (v === v) best.offer(desc ? v : -v);
     }
-    if (best.least() === -Infinity) return null;
+    let bar = Math.max(best.least(), floorKey);
+    if (bar === -Infinity) return null;
     // Worth it only when the competing documents are few against those left to read.
-    const competing = f.competing(desc ? best.least() : -best.least(), desc, d, this.maxDoc, (this.maxDoc - d) >> 3);
+    const competing = f.competing(desc ? bar : -bar, desc, d, this.maxDoc, (this.maxDoc - d) >> 3);
     if (competing === null) return null;
     push(d);
     for (let i = 0; i < competing.length; i++) {
       const c = competing[i];
       const v = f.values[c];
-      if ((desc ? v : -v) < best.least()) continue;
+      bar = Math.max(best.least(), floorKey);
+      if ((desc ? v : -v) < bar) continue;
       if (cursor.doc < c && cursor.advance(c) === NO_MORE_DOCS) break;
       if (cursor.doc !== c) continue;
       push(c);

@@ -101,11 +101,24 @@ export function termKey(field: string, term: string): string {
   return `${field}\u0000${term}`;
 }
 
+/** Lookups made for statistics objects still in use (each part of a segmented index searches with the same one). */
+const lookups = new WeakMap<IndexStats, StatsLookup>();
+
 /** Global statistics indexed for lookups during one search. */
 export class StatsLookup {
   private readonly fields = new Map<string, FieldStats>();
   private readonly terms = new Map<string, number>();
   private readonly sortFields = new Map<string, number>();
+
+  /** The lookup of `stats`, made once per statistics object (which nothing changes once made). */
+  static of(stats: IndexStats): StatsLookup {
+    let l = lookups.get(stats);
+    if (l === undefined) {
+      l = new StatsLookup(stats);
+      lookups.set(stats, l);
+    }
+    return l;
+  }
 
   constructor(stats: IndexStats) {
     for (const f of stats.fields) this.fields.set(f.field, f);

@@ -720,8 +720,27 @@ export class TopK {
 
   /** The documents held, best first. */
   sorted(): { docs: Int32Array; scores: Float64Array } {
-    const idx = Array.from({ length: this.size }, (_, i) => i);
-    idx.sort((a, b) => (this.worse(this.docs[a], this.scores[a], this.docs[b], this.scores[b]) ? 1 : -1));
-    return { docs: Int32Array.from(idx, (i) => this.docs[i]), scores: Float64Array.from(idx, (i) => this.scores[i]) };
+    const n = this.size;
+    const docs = this.docs.slice(0, n);
+    const scores = this.scores.slice(0, n);
+    if (n <= 32) {
+      // A page's few: insertion sort, in place.
+      for (let i = 1; i < n; i++) {
+        const d = docs[i];
+        const s = scores[i];
+        let j = i - 1;
+        while (j >= 0 && this.worse(docs[j], scores[j], d, s)) {
+          docs[j + 1] = docs[j];
+          scores[j + 1] = scores[j];
+          j--;
+        }
+        docs[j + 1] = d;
+        scores[j + 1] = s;
+      }
+      return { docs, scores };
+    }
+    const idx = Array.from({ length: n }, (_, i) => i);
+    idx.sort((a, b) => (this.worse(docs[a], scores[a], docs[b], scores[b]) ? 1 : -1));
+    return { docs: Int32Array.from(idx, (i) => docs[i]), scores: Float64Array.from(idx, (i) => scores[i]) };
   }
 }
