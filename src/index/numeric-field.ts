@@ -66,18 +66,8 @@ export class NumericField {
    * take into its page once its last hit has `bound`. Null when more than `most` would be.
    */
   competing(bound: number, desc: boolean, after: number, maxDoc: number, most: number): Int32Array | null {
-    const values = this.values;
-    const n = Math.min(maxDoc, values.length);
-    if (this.byValue === null) {
-      let count = 0;
-      for (let d = 0; d < n; d++) if (values[d] === values[d]) count++;
-      const docs = new Int32Array(count);
-      count = 0;
-      for (let d = 0; d < n; d++) if (values[d] === values[d]) docs[count++] = d;
-      docs.sort((a, b) => values[a] - values[b] || a - b);
-      this.byValue = { docs, values: Float64Array.from(docs, (d) => values[d]) };
-    }
-    const { docs, values: sorted } = this.byValue;
+    const n = Math.min(maxDoc, this.values.length);
+    const { docs, values: sorted } = this.sortedByValue(maxDoc);
     // The first document (in value order) at or past the bound.
     let lo = 0;
     let hi = docs.length;
@@ -93,6 +83,32 @@ export class NumericField {
     let k = 0;
     for (let i = from; i < to; i++) if (docs[i] > after && docs[i] < n) out[k++] = docs[i];
     return out.subarray(0, k).sort();
+  }
+
+  /**
+   * Whether a document below `maxDoc` has a value at least `bound` (`desc`) or at most it (asc),
+   * deleted documents included: whether a sort on this single-valued column could take one into
+   * a page whose last hit has `bound`.
+   */
+  reaches(bound: number, desc: boolean, maxDoc: number): boolean {
+    const { values } = this.sortedByValue(maxDoc);
+    if (values.length === 0) return false;
+    return desc ? values[values.length - 1] >= bound : values[0] <= bound;
+  }
+
+  private sortedByValue(maxDoc: number): { readonly docs: Int32Array; readonly values: Float64Array } {
+    if (this.byValue === null) {
+      const values = this.values;
+      const n = Math.min(maxDoc, values.length);
+      let count = 0;
+      for (let d = 0; d < n; d++) if (values[d] === values[d]) count++;
+      const docs = new Int32Array(count);
+      count = 0;
+      for (let d = 0; d < n; d++) if (values[d] === values[d]) docs[count++] = d;
+      docs.sort((a, b) => values[a] - values[b] || a - b);
+      this.byValue = { docs, values: Float64Array.from(docs, (d) => values[d]) };
+    }
+    return this.byValue;
   }
 
   /** Everything a restore needs: the column (maxDoc entries) and the multi-valued documents' values. */

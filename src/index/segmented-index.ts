@@ -204,6 +204,9 @@ export class SegmentedIndex implements ReplicaSearcher {
       const floor = byScore && full ? page[k - 1]!.score : -Infinity;
       const left = Math.max(0, track - total);
       const value = byNumber && full ? page[k - 1]!.sortValues[0] : undefined;
+      // Counted as far as asked, and already a lower bound: a part whose values cannot reach the
+      // bar adds nothing the answer needs.
+      if (typeof value === 'number' && left === 0 && !exact && !p.mayReach(sort[0]!, value)) continue;
       const r = p.search(track === Infinity ? perPart : { ...perPart, trackTotalHits: left }, stats, floor, typeof value === 'number' ? value : undefined);
       total += r.total;
       exact &&= r.totalRelation === undefined;

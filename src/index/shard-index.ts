@@ -731,6 +731,18 @@ export class ShardIndex implements IndexView, ForwardSink {
   }
 
   /**
+   * Whether a document here may sort at least as well as `bar` on `key`, the first key of a page
+   * sorted by a number column (ties included): false when none can (no value, or none as good), so
+   * that the page needs nothing from this index. A multi-valued column always may.
+   */
+  mayReach(key: SortKey, bar: number): boolean {
+    if (key.type !== 'number') return true;
+    const f = this.numeric(key.field);
+    if (f === undefined) return false;
+    return f.multi !== null || f.reaches(bar, key.order === 'desc', this.maxDoc);
+  }
+
+  /**
    * The request with its query, filters and sort parsed, or what search(req) throws for a bad
    * one, in the same order; reads no document. Parts of a segmented index search it parsed once.
    */
