@@ -560,6 +560,44 @@ describe('a replica index on disk', () => {
     expect(results(index.index)).toEqual(before);
   });
 
+  it('merges its small segments into one once nothing changed for idleMergeMs, once per quiet spell', async () => {
+    const policy = { maxChanges: 1, idleMergeMs: 3_000 };
+    const { replica, index } = await openReplica(FINGERPRINT, false, tmp.dir, { policy });
+    for (let b = 0; b < 3; b++) {
+      await replica.apply(Array.from({ length: 30 }, (_, i) => put(b * 20 + i, b)));
+      expect(await index.maybeCheckpoint()).toBe(true);
+    }
+    // Three segments below the floor (1,000 documents), fewer than a tier's 10: a busy replica keeps them.
+    await index.settled();
+    expect(index.index.segments).toHaveLength(3);
+    const before = results(index.index);
+    const last = Date.now();
+    expect(await index.maybeCheckpoint(last + 2_999)).toBe(false);
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(index.index.segments).toHaveLength(3);
+    // Quiet for idleMergeMs: merged into one, with the same answers, and committed.
+    expect(await index.maybeCheckpoint(last + 3_000)).toBe(false);
+    await vi.waitFor(() => expect(index.index.segments).toHaveLength(1), { timeout: 10_000 });
+    expect(results(index.index)).toEqual(before);
+    await index.settled();
+    expect(await segmentFiles()).toEqual(index.index.segments.map((s) => s.name));
+    // Once per quiet spell: quieter still, nothing more.
+    expect(await index.maybeCheckpoint(last + 60_000)).toBe(false);
+    // A new segment later: merged again only after the next quiet spell.
+    await replica.apply([put(500)]);
+    expect(await index.maybeCheckpoint(last + 4_000)).toBe(true);
+    expect(index.index.segments).toHaveLength(2);
+    await index.settled();
+    expect(await index.maybeCheckpoint(Date.now() + 1_000)).toBe(false);
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(index.index.segments).toHaveLength(2);
+    expect(await index.maybeCheckpoint(Date.now() + 3_500)).toBe(false);
+    await vi.waitFor(() => expect(index.index.segments).toHaveLength(1), { timeout: 10_000 });
+    expect(results(index.index)).toEqual(await expected());
+  });
+
   it('rewrites a segment many of whose documents were deleted', async () => {
     const store = await ReplicaStore.open(tmp.dir);
     stores.push(store);

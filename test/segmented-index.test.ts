@@ -283,6 +283,18 @@ describe('pickMerge', () => {
     expect(pickMerge([segment('x', 600), segment('y', 700), segment('z', 800)], policy)).toBeUndefined();
   });
 
+  it('idle, merges every segment below the floor however few, and otherwise picks as when busy', () => {
+    const s = [segment('big', 50), segment('s1', 4), segment('s2', 2), segment('mid', 20)];
+    expect(pickMerge(s, policy)).toBeUndefined();
+    expect(names(pickMerge(s, policy, { idle: true }))?.sort()).toEqual(['s1', 's2']);
+    // One small segment: nothing to merge it with.
+    expect(pickMerge([segment('big', 50), segment('s1', 4)], policy, { idle: true })).toBeUndefined();
+    // A full tier still merges as when busy.
+    expect(names(pickMerge([segment('m1', 20), segment('m2', 30), segment('m3', 40), segment('s1', 4)], policy, { idle: true }))).toEqual(['m1', 'm2', 'm3']);
+    // A mostly deleted segment still comes first.
+    expect(names(pickMerge([...s, segment('d', 20, 30)], policy, { idle: true }))).toEqual(['d']);
+  });
+
   it('rewrites a mostly deleted segment alone, first', () => {
     const s = [segment('a', 5), segment('b', 5), segment('c', 5), segment('d', 20, 30)];
     expect(names(pickMerge(s, policy))).toEqual(['d']);

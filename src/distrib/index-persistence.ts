@@ -67,9 +67,11 @@ export interface CheckpointPolicy extends MergePolicy {
   readonly maxChanges: number;
   /** ...and any change at all once the last checkpoint was captured this long ago; default 0.3 s (bench/RESULTS.md, restart: the journal a kill leaves). */
   readonly maxAgeMs: number;
+  /** No change for this long since the last checkpoint: the segments below floorSegmentDocs are merged into one (pickMerge's `idle`); default 3 s. */
+  readonly idleMergeMs: number;
 }
 
-export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 300, ...DEFAULT_MERGE_POLICY };
+export const DEFAULT_CHECKPOINT_POLICY: CheckpointPolicy = { maxChanges: 10_000, maxAgeMs: 300, idleMergeMs: 3_000, ...DEFAULT_MERGE_POLICY };
 
 /** How the index came back at open. */
 export interface IndexOpenReport {
@@ -173,6 +175,8 @@ export class PersistedIndex extends SearchIndexBinding {
   private merging: Promise<boolean> | undefined;
   /** A merge check was put off (maybeCheckpoint without `merge`). */
   private mergeDeferred = false;
+  /** The idle merge check ran since the index last changed (see maybeCheckpoint). */
+  private idleChecked = false;
   /** Segment files a merge is writing (not in any commit yet, and not to be removed as such). */
   private readonly inProgress = new Set<string>();
   /** Closed: nothing is written any more. */
@@ -261,11 +265,13 @@ export class PersistedIndex extends SearchIndexBinding {
    * whether it wrote. Without `byAge` (a replica still recovering, whose CPU goes to catching
    * up) only the count of changes makes one due, not their age. Without `merge` (the node's
    * CPU is needed elsewhere: replicas opening or recovering) the merge check waits for a later
-   * call that allows it.
+   * call that allows it. Once nothing changed for the policy's idleMergeMs since the last
+   * checkpoint, the small segments are merged (once per quiet spell).
    */
   async maybeCheckpoint(now = Date.now(), { byAge = true, merge = true }: { byAge?: boolean; merge?: boolean } = {}): Promise<boolean> {
     let wrote = false;
     if (this.closed) return false;
+    if (this.index.unsealedChanges > 0) this.idleChecked = false;
     if (this.hasWork()) {
       const old = byAge && now - this.lastCheckpointAt >= this.policy.maxAgeMs;
       if (this.index.unsealedChanges >= this.policy.maxChanges || old || this.dirty || this.hasUnwritten()) {
@@ -277,6 +283,9 @@ export class PersistedIndex extends SearchIndexBinding {
     if (wrote || this.mergeDeferred) {
       this.mergeDeferred = !merge;
       if (merge) void this.merge();
+    } else if (merge && !this.idleChecked && this.merging === undefined && !this.hasWork() && now - this.lastCheckpointAt >= this.policy.idleMergeMs) {
+      this.idleChecked = true;
+      void this.merge({ idle: true });
     }
     return wrote;
   }
@@ -444,14 +453,14 @@ export class PersistedIndex extends SearchIndexBinding {
   }
 
   /**
-   * Runs the merge the policy picks, if any (one at a time): the picked segments are combined
-   * into one (their postings, not their documents: nothing is analysed again), written, swapped
-   * in, and committed. Resolves whether it merged.
+   * Runs the merge the policy picks (`idle`: as pickMerge's), if any (one at a time): the picked
+   * segments are combined into one (their postings, not their documents: nothing is analysed
+   * again), written, swapped in, and committed. Resolves whether it merged.
    */
-  merge(): Promise<boolean> {
+  merge({ idle = false }: { readonly idle?: boolean } = {}): Promise<boolean> {
     if (this.closed) return Promise.resolve(false);
     const generation = this.generation;
-    this.merging ??= this.runMerge(generation)
+    this.merging ??= this.runMerge(generation, idle)
       .catch((err: Error) => {
         // A reset or a rebuild since removes the sources' files: a merge that then cannot read them found no damage.
         if (this.generation !== generation) return false;
@@ -586,10 +595,10 @@ export class PersistedIndex extends SearchIndexBinding {
   }
 
   /** A merge for the index of `generation` (a clear or close since makes it drop its work). */
-  private async runMerge(generation: number): Promise<boolean> {
+  private async runMerge(generation: number, idle: boolean): Promise<boolean> {
     // Starts after the current turn, so that a caller sees the segments as they were when it asked.
     await Promise.resolve();
-    const sources = pickMerge(this.index.segments, this.policy);
+    const sources = pickMerge(this.index.segments, this.policy, { idle });
     if (sources === undefined || this.closed || this.generation !== generation) return false;
     // Merged from their files: one not written yet is, by the next checkpoint, whose merge check tries again.
     if (sources.some((s) => !this.written.has(s))) return false;

@@ -318,12 +318,20 @@ export const DEFAULT_MERGE_POLICY: MergePolicy = { segmentsPerTier: 10, maxSegme
  * segments are grouped in tiers by size (below floorSegmentDocs, then each ten times larger),
  * and the smallest tier with segmentsPerTier segments has its smallest ones merged (at least two,
  * at most segmentsPerTier, within maxSegmentDocs): every document is merged about once per tier,
- * and the segments stay about segmentsPerTier per tier. Pure: it looks only at sizes and deletes.
+ * and the segments stay about segmentsPerTier per tier. `idle` (the index takes no writes): the
+ * segments below floorSegmentDocs are merged into one however few they are (at least two), as
+ * Lucene merges a commit's small segments: each is a fixed cost to every search, and after a
+ * burst of writes up to segmentsPerTier - 1 of them would stay. Pure: it looks only at sizes and
+ * deletes.
  */
-export function pickMerge(segments: readonly Segment[], policy: MergePolicy = DEFAULT_MERGE_POLICY): Segment[] | undefined {
+export function pickMerge(segments: readonly Segment[], policy: MergePolicy = DEFAULT_MERGE_POLICY, { idle = false }: { readonly idle?: boolean } = {}): Segment[] | undefined {
   const live = segments.filter((s) => s.index.size > 0);
   const wasteful = live.find((s) => s.deleted.size >= policy.floorSegmentDocs && s.deleted.size > policy.reclaimDeletes * s.index.size);
   if (wasteful !== undefined) return [wasteful];
+  if (idle) {
+    const small = live.filter((s) => s.index.size < policy.floorSegmentDocs);
+    if (small.length >= 2) return small;
+  }
   const tierOf = (docs: number): number => (docs < policy.floorSegmentDocs ? 0 : 1 + Math.floor(Math.log10(docs / policy.floorSegmentDocs)));
   const tiers = new Map<number, Segment[]>();
   for (const s of live) {
