@@ -8,7 +8,7 @@ import { parseSchema, ShardIndex } from '../src/index/index.js';
 import { Accumulator } from '../src/index/matches.js';
 import { compareIds } from '../src/index/sort.js';
 import { bm25 } from '../src/index/stats.js';
-import { blockBounds, BLOCK, topOfUnion, type UnionClause, type UnionTerm } from '../src/index/top-union.js';
+import { blockBounds, BLOCK, phraseFreq, topOfUnion, twoWordFreq, type UnionClause, type UnionTerm } from '../src/index/top-union.js';
 
 interface Case {
   readonly maxDoc: number;
@@ -45,6 +45,8 @@ const arbCase: fc.Arbitrary<Case> = fc
       fc.record({
         phrase: fc.array(fc.integer({ min: 0, max: VOCABULARY - 1 }), { minLength: 1, maxLength: 3 }),
         isPhrase: fc.boolean(),
+        // Positions apart: 2 is a phrase whose middle word the analyzer dropped (a stop word).
+        gap: fc.constantFrom(1, 2),
         lead: fc.nat(),
         field: fc.integer({ min: 0, max: 1 }),
         boost: fc.constantFrom(0, 0.5, 1, 2),
@@ -77,7 +79,7 @@ const arbCase: fc.Arbitrary<Case> = fc
       });
       const scoring = { boost: c.boost, idf: c.idf, avgdl: c.avgdl, lengths: lengths[c.field]! };
       if (!c.isPhrase) return { ...parts[0]!, ...scoring };
-      return { kind: 'phrase' as const, terms: parts, offsets: Int32Array.from(parts, (_, j) => j), lead: c.lead % parts.length, ...scoring };
+      return { kind: 'phrase' as const, terms: parts, offsets: Int32Array.from(parts, (_, j) => j * c.gap), lead: c.lead % parts.length, ...scoring };
     });
     const live = Uint8Array.from({ length: maxDoc }, () => (rand() < deleted ? 0 : 1));
     let mask: Uint32Array | null = null;
@@ -310,6 +312,24 @@ describe('top of a union of terms and phrases', () => {
     expect(Array.from(b.minLength)).toEqual([9, 2]);
     // Where each block's positions start: the tfs before it (63 of 1 and one of 4).
     expect(Array.from(b.posStart)).toEqual([0, 67]);
+  });
+});
+
+describe('twoWordFreq (a two-word phrase in one document)', () => {
+  it('counts as phraseFreq does, whatever the positions, their gap and which word comes first', () => {
+    const positions = fc.uniqueArray(fc.integer({ min: 0, max: 40 }), { maxLength: 12 }).map((xs) => Int32Array.from(xs.sort((a, b) => a - b)));
+    fc.assert(
+      fc.property(positions, positions, fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 3 }), (a, b, o0, o1) => {
+        // Padding around each list: the counts read only their own slice.
+        const pa = Int32Array.of(-5, ...a, 99);
+        const pb = Int32Array.of(-7, -6, ...b, 98);
+        const want = phraseFreq([pa, pb], Int32Array.of(1, 2), Int32Array.of(1 + a.length, 2 + b.length), Int32Array.of(o0, o1), new Int32Array(2));
+        expect(twoWordFreq(pa, 1, 1 + a.length, pb, 2, 2 + b.length, o0 - o1)).toBe(want);
+        // Led by the second word, as when it is the rarer.
+        expect(twoWordFreq(pb, 2, 2 + b.length, pa, 1, 1 + a.length, o1 - o0)).toBe(want);
+      }),
+      { numRuns: 500 },
+    );
   });
 });
 

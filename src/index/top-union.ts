@@ -455,6 +455,28 @@ export function phraseFreq(positions: readonly Int32Array[], from: Int32Array, t
 }
 
 /**
+ * How often two words sit as a phrase wants them in one document: positions `a[i..iEnd)` of one
+ * and `b[j..jEnd)` of the other (each ascending), a match being a position q of the first with the
+ * second at q - delta. phraseFreq's count for two words, the lists walked together.
+ */
+export function twoWordFreq(a: Int32Array, i: number, iEnd: number, b: Int32Array, j: number, jEnd: number, delta: number): number {
+  let freq = 0;
+  while (i < iEnd && j < jEnd) {
+    const want = a[i] - delta;
+    const have = b[j];
+    if (have < want) j++;
+    else {
+      if (have === want) {
+        freq++;
+        j++;
+      }
+      i++;
+    }
+  }
+  return freq;
+}
+
+/**
  * Reads one phrase clause window by window: each term's position in its postings (`at`, ints)
  * and in its positions (`pos`), moved forward with the blocks' skip data; a second cursor from
  * the window's start scores candidates.
@@ -546,6 +568,7 @@ class PhraseReader {
    * without reading its positions.
    */
   matches(hi: number, live: Uint8Array, mask: Uint32Array | null, threshold: number, others: number): number {
+    if (this.m === 2) return this.matchesOfTwo(hi, live, mask, threshold, others);
     const { terms, lead, boost, idf, avgdl, lengths, offsets } = this.c;
     const lt = terms[lead];
     const lp = lt.postings;
@@ -600,6 +623,69 @@ class PhraseReader {
     }
     this.at[lead] = a;
     this.pos[lead] = ps;
+    return n;
+  }
+
+  /**
+   * matches() for a phrase of two words (most phrases): the same steps, with the other word's
+   * place in its postings and positions kept in locals, and its positions compared in place.
+   */
+  private matchesOfTwo(hi: number, live: Uint8Array, mask: Uint32Array | null, threshold: number, others: number): number {
+    const { terms, lead, boost, idf, avgdl, lengths, offsets } = this.c;
+    const o = 1 - lead;
+    const lt = terms[lead];
+    const ot = terms[o];
+    const lp = lt.postings;
+    const op = ot.postings;
+    const llen = lt.length;
+    const olen = ot.length;
+    const lpos = lt.positions;
+    const opos = ot.positions;
+    // The lead's position in the phrase minus the other's: a match is a lead position q with the other at q - delta.
+    const delta = offsets[lead] - offsets[o];
+    const far = 2 * BLOCK;
+    const docs = this.docs;
+    const scores = this.scores;
+    let a = this.at[lead];
+    let ps = this.pos[lead];
+    let b = this.at[o];
+    let pb = this.pos[o];
+    let n = 0;
+    let read = 0;
+    for (; a < llen; ps += lp[a + 1], a += 2) {
+      const d = lp[a];
+      if (d >= hi) break;
+      if (live[d] !== 1 || (mask !== null && (mask[d >>> 5] & (1 << (d & 31))) === 0)) continue;
+      if (b < olen && op[b] < d) {
+        if (b + far < olen && op[b + far] < d) {
+          this.at[o] = b;
+          this.pos[o] = pb;
+          advance(ot, this.at, this.pos, o, d);
+          b = this.at[o];
+          pb = this.pos[o];
+        } else {
+          while (b < olen && op[b] < d) {
+            pb += op[b + 1];
+            b += 2;
+          }
+        }
+      }
+      if (b >= olen) break;
+      if (op[b] !== d) continue;
+      const ltf = lp[a + 1];
+      const otf = op[b + 1];
+      if (threshold !== -Infinity && (boost * bm25(ltf < otf ? ltf : otf, lengths[d], avgdl, idf) + others) * MARGIN < threshold) continue;
+      read++;
+      const freq = twoWordFreq(lpos, ps, ps + ltf, opos, pb, pb + otf, delta);
+      if (freq === 0) continue;
+      docs[n] = d;
+      scores[n++] = boost * bm25(freq, lengths[d], avgdl, idf);
+    }
+    this.at[lead] = a;
+    this.pos[lead] = ps;
+    this.at[o] = b;
+    this.pos[o] = pb;
+    this.read += read;
     return n;
   }
 
