@@ -671,7 +671,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       const score = scores === null ? m.scores![top[i]] : scores.get(doc)!;
       hits[i] = { id: this.idAt(doc) as string, score, sortValues: sort.map((key) => this.sortValue(key, doc, score)) };
     }
-    return { total: m.size, hits, ...(early?.lowerBound === true && { totalRelation: 'gte' as const }) };
+    return { total: early?.counted ?? m.size, hits, ...(early?.lowerBound === true && { totalRelation: 'gte' as const }) };
   }
 
   /**
@@ -681,9 +681,10 @@ export class ShardIndex implements IndexView, ForwardSink {
    * as good as the k-th best so far, each checked against the query. Null when that does not
    * apply (another sort, a multi-valued column, too many competing documents): every match then.
    * `floor`: a value k documents elsewhere reach (search's sortFloor): the bar starts there, and
-   * no first k matches are needed to set it.
+   * no first k matches are needed to set it. Of the matches read, only those that can still make
+   * the page are listed (`size`); `counted` is how many matched.
    */
-  private competingMatches(executor: QueryExecutor, q: Query, filters: readonly Query[], k: number, track: number, key: SortKey, floor?: number): (Matches & { lowerBound: boolean }) | null {
+  private competingMatches(executor: QueryExecutor, q: Query, filters: readonly Query[], k: number, track: number, key: SortKey, floor?: number): (Matches & { lowerBound: boolean; counted: number }) | null {
     if (key.type !== 'number') return null;
     const f = this.numeric(key.field);
     if (f === undefined || f.multi !== null) return null;
@@ -703,7 +704,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       push(d);
       d = cursor.next();
     }
-    if (d === NO_MORE_DOCS || k === 0) return { docs, scores: null, size: n, lowerBound: d !== NO_MORE_DOCS };
+    if (k === 0) return { docs, scores: null, size: 0, counted: n, lowerBound: d !== NO_MORE_DOCS };
     // The k best values so far as keys to maximize (a min-heap: the k-th best at the root): a
     // later document with a worse one cannot make the page, and the bar rises as better ones come.
     const best = new KeyHeap(k);
@@ -712,6 +713,7 @@ export class ShardIndex implements IndexView, ForwardSink {
       if (v === v) best.offer(desc ? v : -v);
     }
     let bar = Math.max(best.least(), floorKey);
+    if (d === NO_MORE_DOCS) return { docs, scores: null, size: contenders(f.values, desc, docs, n, bar), counted: n, lowerBound: false };
     if (bar === -Infinity) return null;
     // Worth it only when the competing documents are few against those left to read.
     const competing = f.competing(desc ? bar : -bar, desc, d, this.maxDoc, (this.maxDoc - d) >> 3);
@@ -727,7 +729,8 @@ export class ShardIndex implements IndexView, ForwardSink {
       push(c);
       best.offer(desc ? v : -v);
     }
-    return { docs, scores: null, size: n, lowerBound: true };
+    // (The heap lacks d's value: its bar may sit below the page's last, which only keeps more.)
+    return { docs, scores: null, size: contenders(f.values, desc, docs, n, Math.max(best.least(), floorKey)), counted: n, lowerBound: true };
   }
 
   /**
@@ -1003,6 +1006,24 @@ function checkOperator(op: unknown): 'OR' | 'AND' | undefined {
 }
 
 /** The k greatest numbers offered (a min-heap: the least of them at the root). */
+/**
+ * Moves to the front of `docs[0..n)` the documents that can still make a page sorted on the
+ * single-valued column `values` whose k-th best key is at least `bar` (values as keys to
+ * maximize: negated for an ascending sort): those whose key reaches it, ties included. A document
+ * without a value sorts after every one with one, so it goes once the bar is set (finite); with
+ * no bar yet (fewer than k values and no floor) every document stays. Returns how many stay.
+ */
+function contenders(values: Float64Array, desc: boolean, docs: Int32Array, n: number, bar: number): number {
+  if (bar === -Infinity) return n;
+  let kept = 0;
+  for (let i = 0; i < n; i++) {
+    const doc = docs[i];
+    const v = values[doc];
+    if (v === v && (desc ? v : -v) >= bar) docs[kept++] = doc;
+  }
+  return kept;
+}
+
 class KeyHeap {
   private readonly keys: Float64Array;
   private size = 0;
