@@ -29,7 +29,7 @@ import {
   type DocCursor,
 } from './cursors.js';
 import type { CachedFilter, FilterCache } from './filter-cache.js';
-import { phraseFreq, TopK, topOfUnion, twoWordFreq, type TopUnion, type UnionClause } from './top-union.js';
+import { phraseFreq, TopK, topOfUnion, type TopUnion, type UnionClause } from './top-union.js';
 
 /** What the executor reads of an index. */
 export interface IndexView {
@@ -587,7 +587,7 @@ export class QueryExecutor {
         if (p[a] !== d) continue outer;
         posEnd[j] = pa + p[a + 1];
       }
-      const freq = m === 2 ? twoWordFreq(pps[0]!, posAt[0], posEnd[0], pps[1]!, posAt[1], posEnd[1], offs[0] - offs[1]) : phraseFreq(pps, posAt, posEnd, offs, ptr);
+      const freq = phraseFreq(pps, posAt, posEnd, offs, ptr);
       if (freq > 0) {
         docs[k] = d;
         freqs[k] = freq;

@@ -430,10 +430,12 @@ function termScoreAt(t: UnionTerm, cursor: Int32Array, end: Int32Array, i: numbe
 
 /**
  * How often the phrase's terms sit at their offsets in one document: `from[j]`..`to[j]` are term
- * j's positions there (in `positions[j]`), `ptr` scratch. Counted over the first term's positions.
+ * j's positions there (in `positions[j]`), `ptr` scratch. Counted over the first term's positions;
+ * two terms' lists are walked together (twoWordFreq).
  */
 export function phraseFreq(positions: readonly Int32Array[], from: Int32Array, to: Int32Array, offsets: Int32Array, ptr: Int32Array): number {
   const m = positions.length;
+  if (m === 2) return twoWordFreq(positions[0]!, from[0], to[0], positions[1]!, from[1], to[1], offsets[0] - offsets[1]);
   for (let j = 1; j < m; j++) ptr[j] = from[j];
   const p0 = positions[0];
   let freq = 0;
@@ -457,7 +459,7 @@ export function phraseFreq(positions: readonly Int32Array[], from: Int32Array, t
 /**
  * How often two words sit as a phrase wants them in one document: positions `a[i..iEnd)` of one
  * and `b[j..jEnd)` of the other (each ascending), a match being a position q of the first with the
- * second at q - delta. phraseFreq's count for two words, the lists walked together.
+ * second at q - delta, walking the two lists together.
  */
 export function twoWordFreq(a: Int32Array, i: number, iEnd: number, b: Int32Array, j: number, jEnd: number, delta: number): number {
   let freq = 0;
