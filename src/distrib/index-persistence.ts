@@ -246,14 +246,14 @@ export class PersistedIndex extends SearchIndexBinding {
       for (const s of segments) p.written.add(s);
       p.nextFile = info.nextFile;
       p.onDisk = new Set(info.segments.map((s) => s.name));
-      await p.removeFilesBut(p.onDisk);
+      await p.removeUnusedFiles();
       const ids = await o.store.changedSince(info.seq);
       await p.replay(ids);
       return { index: p, report: { method: 'loaded', replayed: ids.length, segments: segments.length, segmentBytes: bytes, ms: ms() } };
     }
     if (problem !== undefined) o.log.warn({ dir: o.dir, problem }, 'the replica index on disk cannot be used; rebuilding it from the stored documents');
     const p = new PersistedIndex(o, new SegmentedIndex(o.schema), Date.now());
-    await p.removeFilesBut(new Set(), false);
+    await p.removeUnusedFiles(false);
     const replayed = await p.rebuild();
     // The rebuilt index goes to disk at once, so that the next start loads it.
     const written = replayed > 0 ? await p.checkpoint() : 0;
@@ -440,7 +440,7 @@ export class PersistedIndex extends SearchIndexBinding {
       const current = (): boolean => this.generation === generation && !this.closed;
       try {
         for (const segment of written) if (current()) await this.serveFromFile(segment);
-        if (current()) await this.removeFilesBut(this.onDisk);
+        if (current()) await this.removeUnusedFiles();
         if (current()) await this.o.store.dropChangesThrough(seq);
       } catch (err) {
         // The files and the journal entries left are removed after a later commit, or at the next open.
@@ -533,7 +533,7 @@ export class PersistedIndex extends SearchIndexBinding {
       this.dirty = false;
       this.committed = undefined;
       this.onDisk = new Set();
-      await this.removeFilesBut(new Set(), false);
+      await this.removeUnusedFiles(false);
     });
   }
 
@@ -639,14 +639,15 @@ export class PersistedIndex extends SearchIndexBinding {
   }
 
   /**
-   * Removes the index files of the directory but the segments `keep` and, with `keepCommit`, the
-   * commit. The files of the index's own segments and of a merge being written always stay: a
-   * commit written later names them (a checkpoint that captured its segments before a merge
-   * swapped them must not remove the merge's file).
+   * Removes the index files of the directory but those of the last commit written and, with
+   * `keepCommit`, the commit itself. The files of the index's own segments, of the commit point
+   * readers copy and of a merge being written always stay: a commit written later names them (a
+   * checkpoint that captured its segments before a merge swapped them must not remove the merge's
+   * file). Each file is checked against them as they are when it is removed, not as they were
+   * when the listing began: the removal runs outside the lock, and a checkpoint taken while the
+   * directory is read adds a segment whose file the listing may already hold.
    */
-  private async removeFilesBut(keep: ReadonlySet<string>, keepCommit = true): Promise<void> {
-    // The commit point's files stay too: snapshot readers copy them.
-    const live = new Set([...this.index.segments.map((s) => s.name), ...(this.committed?.segments.map((s) => s.name) ?? [])]);
+  private async removeUnusedFiles(keepCommit = true): Promise<void> {
     let names: string[];
     try {
       names = await readdir(this.o.dir);
@@ -655,10 +656,16 @@ export class PersistedIndex extends SearchIndexBinding {
     }
     for (const name of names) {
       const base = name.endsWith('.tmp') ? name.slice(0, -4) : name;
-      // The commit's temporary too: a checkpoint may be writing it now (the removal runs outside the lock).
-      if (!isIndexFile(name) || keep.has(name) || live.has(base) || this.inProgress.has(base) || (keepCommit && base === COMMIT_FILE)) continue;
+      // The commit's temporary too: a checkpoint may be writing it now.
+      if (!isIndexFile(name) || (keepCommit && base === COMMIT_FILE) || this.inUse(base)) continue;
       await rm(join(this.o.dir, name), { force: true });
     }
+  }
+
+  /** Whether the segment file `name` is the index's, the last commit's, the commit point's (readers copy it), or a merge's being written. */
+  private inUse(name: string): boolean {
+    const named = (segments: readonly { readonly name: string }[] | undefined): boolean => segments?.some((s) => s.name === name) ?? false;
+    return this.onDisk.has(name) || this.inProgress.has(name) || named(this.index.segments) || named(this.committed?.segments);
   }
 
   /** Re-reads the current documents of `ids` into `index` (a deleted or purged id leaves it). */
