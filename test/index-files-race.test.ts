@@ -3,8 +3,9 @@
 // file is in the listing although its segment was not in the index when the tidy-up began. Here
 // the listing is made to wait for such a checkpoint, every time; then checkpoints, merges and
 // writes run side by side in random orders, with the directory's listings and removals delayed
-// at random, and a restart must load what the last commit names.
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+// at random, and a restart must load what the last commit names (and the last commit point's
+// files stay for readers).
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -13,7 +14,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { isSegmentFile, PersistedIndex, type CheckpointPolicy } from '../src/distrib/index-persistence.js';
 import { ShardReplica } from '../src/distrib/replica.js';
 import { parseSchema } from '../src/index/index.js';
-import { ReplicaStore, type UpdateOp } from '../src/ulog/index.js';
+import { ReplicaStore, type CommitPoint, type UpdateOp } from '../src/ulog/index.js';
 import { useTempStores } from './support/temp-stores.js';
 
 /** `run`: once, before the next listing of a directory is read; `jitter`: a delay of up to that many ms before each listing and removal. */
@@ -90,11 +91,11 @@ describe('the tidy-up after an index checkpoint', () => {
     expect(reopened.index.index.search({ q: 'batch2' }).total).toBe(20);
   });
 
-  type Step = { readonly kind: 'write'; readonly ids: readonly number[]; readonly del: boolean } | { readonly kind: 'checkpoint' | 'merge' | 'idle merge' | 'settle' | 'pause' };
+  type Step = { readonly kind: 'write'; readonly ids: readonly number[]; readonly del: boolean } | { readonly kind: 'checkpoint' | 'commit point' | 'merge' | 'idle merge' | 'settle' | 'pause' };
   const step: fc.Arbitrary<Step> = fc.oneof(
     { weight: 4, arbitrary: fc.record({ kind: fc.constant('write' as const), ids: fc.array(fc.nat(59), { minLength: 1, maxLength: 12 }), del: fc.boolean() }) },
     { weight: 3, arbitrary: fc.constant({ kind: 'checkpoint' as const }) },
-    { weight: 1, arbitrary: fc.constantFrom({ kind: 'merge' as const }, { kind: 'idle merge' as const }, { kind: 'settle' as const }, { kind: 'pause' as const }) },
+    { weight: 1, arbitrary: fc.constantFrom({ kind: 'commit point' as const }, { kind: 'merge' as const }, { kind: 'idle merge' as const }, { kind: 'settle' as const }, { kind: 'pause' as const }) },
   );
 
   it('keeps every file the last commit names while checkpoints, merges and writes run side by side, so a restart loads it with the same answers', async () => {
@@ -109,6 +110,7 @@ describe('the tidy-up after an index checkpoint', () => {
           const { replica, index } = await openReplica({ maxChanges: 1, segmentsPerTier: 2, floorSegmentDocs: 4, idleMergeMs: 0 }, dir);
           const live = new Set<string>();
           const running: Promise<unknown>[] = [];
+          let point: CommitPoint | undefined;
           // At least one write: an index that never held a document has no commit to load.
           for (const s of [{ kind: 'write' as const, ids: [60], del: false }, ...steps]) {
             if (s.kind === 'write') {
@@ -116,6 +118,7 @@ describe('the tidy-up after an index checkpoint', () => {
               await replica.apply(ops);
               for (const op of ops) op.doc === null ? live.delete(op.id) : live.add(op.id);
             } else if (s.kind === 'checkpoint') running.push(index.maybeCheckpoint());
+            else if (s.kind === 'commit point') running.push(index.commit().then((p) => (point = p)));
             else if (s.kind === 'merge' || s.kind === 'idle merge') running.push(index.merge({ idle: s.kind === 'idle merge' }));
             else if (s.kind === 'settle') await index.settled();
             else await new Promise((resolve) => setTimeout(resolve, 2));
@@ -125,6 +128,15 @@ describe('the tidy-up after an index checkpoint', () => {
           // Merges started by the last checkpoints, and their own checkpoints.
           for (let i = 0; i < 20 && (await index.merge()); i++);
           await index.settled();
+          // The last commit point's files stay for readers to copy, whatever was merged or checkpointed since.
+          if (point !== undefined) {
+            const held = await index.openCommitted(point);
+            expect(held).toBeDefined();
+            for (const f of held!.files) {
+              expect((await stat(join(dir, f.name))).size).toBe(f.bytes);
+              await f.handle.close();
+            }
+          }
           const answers = index.index.search({ q: '*', sort: 'id asc', limit: 100 });
           expect(answers.hits.map((h) => h.id)).toEqual([...live].sort());
 
