@@ -219,6 +219,26 @@ describe('top of a union of terms and phrases', () => {
     expect(lowerBound.scored).toBeLessThan(all / 4);
   });
 
+  it('ends the count near countUpTo, not a whole window past it, and still at or past it with a filter', () => {
+    // A term in every third document: a window of 4,096 documents holds 1,366 of its matches, each
+    // scored while counting. The first window is cut to the documents 1,000 matches need (with a
+    // margin); with a filter passing a quarter of them, to the density the windows met.
+    const maxDoc = 60_000;
+    const term = everyNth(maxDoc, 3, 1);
+    const ids = Array.from({ length: maxDoc }, (_, d) => `d${String(d).padStart(5, '0')}`);
+    const live = new Uint8Array(maxDoc).fill(1);
+    const mask = new Uint32Array(Math.ceil(maxDoc / 32));
+    for (let d = 0; d < maxDoc; d += 4) mask[d >>> 5]! |= 1 << (d & 31);
+    for (const filter of [null, mask]) {
+      const want = reference({ maxDoc, terms: [term], live, mask: filter, ids });
+      const got = topOfUnion([term], live, filter, maxDoc, 10, 1000, (d) => ids[d]!, new Accumulator(maxDoc));
+      expect(Array.from(got.docs)).toEqual(want.ranked.slice(0, 10).map((h) => h.doc));
+      expect(got.exact).toBe(false);
+      expect(got.total).toBeGreaterThanOrEqual(1000);
+      expect(got.total).toBeLessThan(1150);
+    }
+  });
+
   it('scores a candidate in full only when the non-essential terms it holds can lift it into the page', () => {
     // The page is the documents holding a, b and c. Past the first window, b and c are
     // non-essential: a's documents are the candidates, and each could reach the page by its

@@ -35,6 +35,10 @@ import type { Accumulator } from './matches.js';
 export const BLOCK = 64;
 /** Documents per window (a parameter of topOfUnion for tests). */
 export const WINDOW = 4096;
+/** A window cut to the rest of the count holds at least the window's size over 2 to this power (256 documents of 4,096). */
+const MIN_COUNT_WINDOW_SHIFT = 4;
+/** How much more than the density met so far predicts a window cut to the rest of the count takes, so that one window usually ends the count. */
+const COUNT_MARGIN = 1.1;
 /** Bounds are compared with this much room for the rounding of sums taken in another order. */
 const MARGIN = 1 + 1e-9;
 
@@ -162,8 +166,22 @@ export function topOfUnion(
   let full = 0;
   let counting = countUpTo > 0;
 
-  for (let lo = 0; lo < maxDoc; lo += window) {
-    const hi = Math.min(maxDoc, lo + window);
+  // Matches per document before any window is read: at least the largest term's (but for
+  // deletes and filters); a phrase's are not known before its positions are read.
+  let density = 0;
+  for (const c of clauses) if (c.kind !== 'phrase') density = Math.max(density, c.length / 2 / maxDoc);
+  let hi = 0;
+  for (let lo = 0; lo < maxDoc; lo = hi) {
+    // While counting, every match of a window is scored (and a phrase's positions read), where
+    // past the count most are skipped: a window that would count far past countUpTo is cut to
+    // about the documents the rest of the count needs, at the density of matches met so far.
+    let size = window;
+    if (counting && countUpTo !== Infinity) {
+      if (lo > 0 && total > 0) density = total / lo;
+      const need = density > 0 ? Math.ceil(((countUpTo - total) * COUNT_MARGIN) / density) : size;
+      if (need < size) size = Math.max(need, window >> MIN_COUNT_WINDOW_SHIFT, 1);
+    }
+    hi = Math.min(maxDoc, lo + size);
     let any = false;
     let bounds = 0;
     for (let i = 0; i < n; i++) {
