@@ -114,6 +114,8 @@ interface CachedShard {
 interface LeaderCommitInfo {
   readonly maxVersion: number;
   readonly trimmedThrough: number;
+  /** Whether the node asked still leads the shard (by its own replica's role). */
+  readonly leading?: boolean;
   readonly commit?: CommitPoint;
 }
 
@@ -380,7 +382,7 @@ export class SnapshotReader {
       const leader = this.leaderOf(collection, shard);
       const asked = this.now();
       this.refreshCounter.inc();
-      const info = await this.peers.call<LeaderCommitInfo>(leader, 'versions', { collection, shard });
+      const info = await this.newestCommit(leader, collection, shard);
       const stream = this.peers.streamCall<unknown>(leader, 'copyShard', { collection, shard, commit: true, segments: !this.o.copyDocuments, raw: true });
       const copy = await readShardCopy({ dir, replica, schema, fingerprint: schemaFingerprint(state.fields), log: this.log.child({ shard: key }) }, untilStalled(stream, this.o.copyStallMs ?? DEFAULT_COPY_STALL_MS, `copying ${key} from ${leader}`));
       this.cache.indexed.inc(copy.indexed);
@@ -403,13 +405,26 @@ export class SnapshotReader {
     }
   }
 
+  /**
+   * The newest commit point of `leader`, which this reader's view of the cluster names as the
+   * shard's leader. A node that no longer leads it is refused: while the view is behind a leader
+   * change, a former leader's commit points can be older than commits the new leader
+   * acknowledged, and a copy checked against them would break the staleness bound. The read
+   * fails on this reader (retryable), and another reader or the leader serves it.
+   */
+  private async newestCommit(leader: string, collection: string, shard: string): Promise<LeaderCommitInfo> {
+    const info = await this.peers.call<LeaderCommitInfo>(leader, 'versions', { collection, shard });
+    if (info.leading === false) throw new ShardexError('SHX_NOT_LEADER', `reader ${this.name} cannot check ${collection}/${shard} against ${leader}: it no longer leads the shard, and this reader does not see the new leader yet; retry shortly`);
+    return info;
+  }
+
   /** Moves a cached shard to the leader's newest commit point: the log between the two, or a new copy. */
   private async refresh(cached: CachedShard, collection: string, shard: string): Promise<void> {
     const leader = this.leaderOf(collection, shard);
     // Asked before the request is sent: every commit acknowledged before now is in the answer.
     const asked = this.now();
     this.refreshCounter.inc();
-    const info = await this.peers.call<LeaderCommitInfo>(leader, 'versions', { collection, shard });
+    const info = await this.newestCommit(leader, collection, shard);
     const next = info.commit;
     if (!next || next.version <= cached.commit.version) {
       cached.checkedAt = asked;

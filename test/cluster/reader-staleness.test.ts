@@ -7,6 +7,7 @@ import { PeerClients } from '../../src/transport/index.js';
 import type { ReaderAnswer } from '../../src/read/snapshot-reader.js';
 import type { StoredEntry } from '../../src/ulog/index.js';
 import { http, startCluster, type TestCluster } from '../support/cluster.js';
+import { readerCalls } from '../support/reader-calls.js';
 
 const EXPIRY_MS = 5000;
 
@@ -15,6 +16,8 @@ describe('a reader\'s copy past the snapshot expiry', () => {
   let peers: PeerClients;
   let url: string;
   let readerClock = 1_000_000;
+  const { readerGet, add, commit } = readerCalls('st', () => ({ url, peers }));
+
   beforeAll(async () => {
     tc = await startCluster({ nodes: 1, readers: 1, readerOptions: { snapshotExpiryMs: EXPIRY_MS, now: () => readerClock } });
     url = tc.urls[0]!;
@@ -28,20 +31,9 @@ describe('a reader\'s copy past the snapshot expiry', () => {
     await tc?.stop();
   });
 
-  /** An eventual get of `id` asked of the reader itself. */
-  const readerGet = (id: string): Promise<ReaderAnswer<Array<StoredEntry | null>>> =>
-    peers.call('reader1', 'get', { collection: 'st', shard: 'shard1', ids: [id], eventual: { busyTimeoutMs: 1000 } });
   const refreshes = async (): Promise<number> => {
     const text = (await http('GET', `${tc.cluster.readers[0]!.httpUrl}/metrics`)).body as string;
     return Number(/shardex_reader_refreshes_total (\d+)/.exec(text)?.[1]);
-  };
-  const add = async (id: string): Promise<void> => {
-    expect((await http('POST', `${url}/api/collections/st/docs`, [{ id, title: id }])).status).toBe(200);
-  };
-  const commit = async (): Promise<number> => {
-    const res = await http('POST', `${url}/api/collections/st/commit`);
-    expect(res.status).toBe(200);
-    return res.body.commit.shard1.version as number;
   };
 
   it('refreshes before answering once the copy is expired: the issue\'s scenario', async () => {
