@@ -633,7 +633,10 @@ export class ShardexNode {
       maxVersion: replica.store.maxVersion,
       trimmedThrough: replica.store.trimmedThrough,
       epoch: replica.epoch || replica.fence,
-      leading: replica.role === 'leader',
+      // As a write would find it: a leader cut off from coordination past its grace (whose
+      // session may have expired, and another replica been elected) keeps its role until it
+      // hears so, but no longer says it leads; snapshot readers do not check against it.
+      leading: replica.role === 'leader' && this.coordinator.canActAsLeader(),
       ...(state && { replicaState: state }),
       ...(commit && { commit }),
     };

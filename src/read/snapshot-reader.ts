@@ -114,7 +114,7 @@ interface CachedShard {
 interface LeaderCommitInfo {
   readonly maxVersion: number;
   readonly trimmedThrough: number;
-  /** Whether the node asked still leads the shard (by its own replica's role). */
+  /** Whether the node asked still leads the shard: its replica leads, and it may act as a leader (its coordination session is up, or within its grace). */
   readonly leading?: boolean;
   readonly commit?: CommitPoint;
 }

@@ -84,6 +84,25 @@ describe("a reader whose view of the shard's leader is behind", () => {
     expect(await readerGet('b')).toMatchObject({ snapshot: version, result: [{ id: 'b' }] });
   });
 
+  it('does not check against a leader cut off from coordination past its grace, which has not yet heard that it was deposed', async () => {
+    await add('d');
+    const version = await commit();
+    readerClock += EXPIRY_MS + 1;
+    // The leader's session may have expired and another replica be leading: the node refuses
+    // writes then, and its replica keeps the leader role until it hears so.
+    const node = tc.cluster.nodes.find((n) => n.name === leader)!;
+    const canAct = node.coordinator.canActAsLeader;
+    node.coordinator.canActAsLeader = () => false;
+    try {
+      const refused = readerGet('d');
+      await expect(refused).rejects.toMatchObject({ code: 'SHX_UNAVAILABLE' });
+      await expect(refused).rejects.toThrow(/refreshing it failed \(.*no longer leads the shard/);
+    } finally {
+      node.coordinator.canActAsLeader = canAct;
+    }
+    expect(await readerGet('d')).toMatchObject({ snapshot: version, result: [{ id: 'd' }] });
+  });
+
   it("serves an eventual search once the reader's view catches up: the node's next attempt finds every committed document", async () => {
     await add('c');
     await commit();
@@ -94,6 +113,6 @@ describe("a reader whose view of the shard's leader is behind", () => {
     expect(stale.times).toBe(0);
     stale = undefined;
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body).toMatchObject({ total: 3, servedBy: { shard1: { node: 'reader1' } } });
+    expect(res.body).toMatchObject({ total: 4, servedBy: { shard1: { node: 'reader1' } } });
   });
 });
