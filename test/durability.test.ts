@@ -59,6 +59,74 @@ describe('durability request', () => {
   });
 });
 
+describe('durability request: a version dropped for one still being written', () => {
+  // A replica answers FROMLEADER once its apply resolves: an op dropped as already stored (a
+  // retried send, a peer sync's page overlapping it, an older version reordered behind a newer
+  // one) is on disk only once the write that holds its id's newer version is.
+  it.each([
+    ['the same version again', 5],
+    ['an older version', 4],
+  ] as const)('resolves %s only after the synced batch holding the newer one', async (_what, again) => {
+    const writes: StoreWrite[] = [];
+    const store = await open(writes);
+    const first = store.apply([op('x', 5)]);
+    // Queued while the first is being decided or written: it applies nothing.
+    const second = store.apply([op('x', again)]);
+    const onDisk = (): boolean => writes.some((w) => w.sync && w.versions.includes(5));
+    expect(await second.then(() => onDisk())).toBe(true);
+    expect(await second).toEqual([]);
+    await first;
+  });
+
+  it('fails an apply whose dropped op waited on a batch that could not be written', async () => {
+    const store = await open([]);
+    const db = (store as unknown as { db: { batch: (...a: unknown[]) => unknown } }).db;
+    const batch = db.batch.bind(db);
+    let failNext = true;
+    db.batch = (...a: unknown[]) => {
+      if (!failNext) return batch(...a);
+      failNext = false;
+      throw new Error('disk full');
+    };
+    const first = store.apply([op('x', 5)]);
+    const second = store.apply([op('x', 5)]);
+    await expect(first).rejects.toThrow(/disk full/);
+    await expect(second).rejects.toThrow(/disk full/);
+    // Nothing was stored: a resend is applied and written.
+    expect(await store.apply([op('x', 5)])).toHaveLength(1);
+  });
+
+  it('fails an apply that wrote other ids in a later batch when its dropped op waited on a batch that could not be written', async () => {
+    const store = await open([]);
+    const db = (store as unknown as { db: { batch: () => { write: (o: object) => Promise<void>; close: () => Promise<void> } } }).db;
+    const batch = db.batch.bind(db);
+    let release!: () => void;
+    const failing = new Promise<void>((r) => (release = r));
+    let failNext = true;
+    db.batch = () => {
+      const b = batch();
+      if (!failNext) return b;
+      failNext = false;
+      // The first batch's write is under way until the test lets it fail.
+      b.write = async () => {
+        await failing;
+        await b.close();
+        throw new Error('disk full');
+      };
+      return b;
+    };
+    const first = store.apply([op('x', 5)]);
+    // Queued while the first batch is being written: its own batch (y) is the next one.
+    await new Promise((r) => setImmediate(r));
+    const second = store.apply([op('x', 5), op('y', 6)]);
+    // Decided (y queued for the next batch) before the first batch fails.
+    while ((store as unknown as { pending?: unknown }).pending === undefined) await new Promise((r) => setImmediate(r));
+    release();
+    await expect(first).rejects.toThrow(/disk full/);
+    await expect(second).rejects.toThrow(/disk full/);
+  });
+});
+
 describe('durability async', () => {
   it('writes without sync and syncs on its interval', async () => {
     const writes: StoreWrite[] = [];
@@ -100,6 +168,27 @@ describe('fence and format across a reopen', () => {
     await store.close();
     stores.splice(0);
     expect((await open([])).fence).toBe(9);
+  });
+
+  it('finishes a wipe cut short by a crash at the next open: empty, incomplete, fence kept', async () => {
+    const store = await open([]);
+    await store.apply(Array.from({ length: 50 }, (_, i) => op(`d${String(i).padStart(2, '0')}`, i + 1)), { fence: 4 });
+    await store.commit();
+    // LevelDB's clear is not atomic: the process stops after part of the documents are gone.
+    const db = (store as unknown as { db: { clear: (o?: object) => Promise<void> } }).db;
+    db.clear = async () => {
+      await Level.prototype.clear.call(db, { gte: 'd', lt: 'd20' });
+      throw new Error('killed');
+    };
+    await expect(store.clear()).rejects.toThrow(/killed/);
+    await store.close();
+    stores.splice(0);
+    const again = await open([]);
+    expect(again.incomplete).toBe(true);
+    expect(again.fence).toBe(4);
+    expect(again.docCount).toBe(0);
+    expect(again.maxVersion).toBe(0);
+    expect(await again.getMany(['d00', 'd30'])).toEqual([undefined, undefined]);
   });
 
   it('refuses data written by another version, saying what to do', async () => {

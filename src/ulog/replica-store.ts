@@ -158,6 +158,11 @@ const CHANGES = 'c';
 const changeKey = (seq: number): string => CHANGES + String(seq).padStart(VERSION_WIDTH, '0');
 /** The newest change sequence used (survives a clear and the journal's trimming). */
 const SEQ = 'm:seq';
+/** Present while a wipe is under way (LevelDB's clear is not atomic): the next open finishes it. */
+const WIPING = 'm:wiping';
+/** The metadata's keys ('m:...') sort between these two; every other key is data. */
+const META = 'm:';
+const META_END = 'm;';
 const FORMAT = 'm:format';
 /** Versions are epoch-major since format 2 (src/distrib/shard-state.ts). */
 const FORMAT_VERSION = '2';
@@ -342,6 +347,8 @@ export class ReplicaStore {
   private readonly onWrite: ((w: StoreWrite) => void) | undefined;
   /** Applies waiting for the batch in flight to finish: they go to disk together next. */
   private pending: PendingBatch | undefined;
+  /** The newest group of writes queued (written or not): it is on disk once every write queued so far is. */
+  private lastGroup: Promise<void> | undefined;
   private unsynced = false;
   private syncTimer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -408,6 +415,14 @@ export class ReplicaStore {
 
   /** Reads what the store needs at open: bounded by the log's retention, not by the documents. */
   private async load(): Promise<void> {
+    if ((await this.db.get(WIPING)) !== undefined) {
+      // The process stopped during a wipe for a full copy: it is finished first.
+      const f = await this.db.get(FENCE);
+      if (f !== undefined) this.fenceEpoch = Number(f);
+      const seq = await this.db.get(SEQ);
+      if (seq !== undefined) this.seq = Number(seq);
+      await this.clearData();
+    }
     const logCount = await this.db.get(LOG_COUNT);
     this.isIncomplete = (await this.db.get(INCOMPLETE)) !== undefined;
     if (logCount !== undefined && (await this.db.get(SUMS_KEPT)) !== undefined) {
@@ -706,9 +721,15 @@ export class ReplicaStore {
     const maxBefore = this.maxVersionSeen;
     const liveBefore = this.liveDocs;
     const now = Date.now();
+    // An op dropped for a version of its id still being written is on disk only once that is:
+    // its apply must not resolve before (a replica would acknowledge what a crash can lose).
+    let behindWrite = false;
     for (const op of ops) {
       const cur = this.known.get(op.id) ?? NONE;
-      if (cur.version >= op.version) continue;
+      if (cur.version >= op.version) {
+        if (this.pinned.has(op.id)) behindWrite = true;
+        continue;
+      }
       const text = encodeEntry(op);
       batch.push({ type: 'put', key: logKey(op.version), value: text }, { type: 'put', key: docKey(op.id), value: text });
       if (op.doc === null) batch.push({ type: 'put', key: tombKey(now, op.id), value: String(op.version) });
@@ -726,12 +747,15 @@ export class ReplicaStore {
       this.fenceEpoch = opts.fence;
       batch.push({ type: 'put', key: FENCE, value: String(opts.fence) });
     }
-    if (batch.length === 0) return { applied, undo, written: Promise.resolve(), ids };
+    // Groups are written in order: the newest queued holds every write still under way.
+    const earlier = behindWrite ? this.lastGroup : undefined;
+    if (batch.length === 0) return { applied, undo, written: earlier ?? Promise.resolve(), ids };
     const maxAfter = this.maxVersionSeen;
-    const written = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version), { applied, changed: ids }).catch((err: unknown) => {
+    const own = this.enqueue(batch, this.durability.mode === 'request', applied.map((op) => op.version), { applied, changed: ids }).catch((err: unknown) => {
       if (this.maxVersionSeen === maxAfter) this.maxVersionSeen = maxBefore;
       throw err;
     });
+    const written = earlier === undefined ? own : own.then(() => earlier);
     return { applied, undo, written, ids };
   }
 
@@ -745,6 +769,7 @@ export class ReplicaStore {
       const group: PendingBatch = { ops: [], versions: [], applied: [], changed: [], after: [], logAdded: [], logRemoved: [], sync: false, applies: 0, done: undefined as unknown as Promise<void> };
       group.done = this.writeChain.then(() => this.writeGroup(group));
       this.writeChain = group.done.catch(() => undefined);
+      this.lastGroup = group.done;
       this.pending = p = group;
     }
     for (const op of batch) p.ops.push(op);
@@ -1279,7 +1304,18 @@ export class ReplicaStore {
   }
 
   private async wipe(): Promise<void> {
-    await this.db.clear();
+    // Marked first, in one synced batch: a crash part way through the clear leaves a store that
+    // may not lead and whose next open finishes the wipe, never one that looks whole.
+    await writeBatch(
+      this.db,
+      [
+        { type: 'put', key: WIPING, value: '1' },
+        { type: 'put', key: INCOMPLETE, value: '1' },
+      ],
+      true,
+    );
+    this.isIncomplete = true;
+    await this.clearData();
     this.docCache.clear();
     this.known.clear();
     this.liveDocs = 0;
@@ -1293,23 +1329,34 @@ export class ReplicaStore {
     this.trimmed = 0;
     // An empty store holds no write of its own to compare.
     this.floor = undefined;
-    // The fence and the format survive a reset: a full copy does not make older leaders acceptable.
+    await this.commitSnapshot?.snapshot.close();
+    this.commitSnapshot = undefined;
+  }
+
+  /**
+   * Removes the data, then in one synced batch the metadata but the format, the fence and the
+   * sequence (a full copy does not make older leaders acceptable; sequences keep growing, so a
+   * segment written before never matches what follows), leaving the store empty and incomplete.
+   */
+  private async clearData(): Promise<void> {
+    await this.db.clear({ lt: META });
+    await this.db.clear({ gte: META_END });
+    const keep = new Set([FORMAT, FENCE, SEQ]);
+    const meta = await this.db.keys({ gte: META, lt: META_END }).all();
     await writeBatch(
       this.db,
       [
+        ...meta.filter((key) => !keep.has(key)).map((key): BatchOp => ({ type: 'del', key })),
         { type: 'put', key: FORMAT, value: FORMAT_VERSION },
         { type: 'put', key: FENCE, value: String(this.fenceEpoch) },
         { type: 'put', key: LOG_COUNT, value: '0' },
         { type: 'put', key: SUMS_KEPT, value: '1' },
         // Wiped for a full copy: not a whole copy of the shard until the recovery completes.
         { type: 'put', key: INCOMPLETE, value: '1' },
-        // Sequences keep growing: a segment written before the clear never matches what follows it.
         { type: 'put', key: SEQ, value: String(this.seq) },
       ],
       true,
     );
-    await this.commitSnapshot?.snapshot.close();
-    this.commitSnapshot = undefined;
   }
 
   async close(): Promise<void> {
