@@ -109,6 +109,29 @@ describe('peer sync', () => {
     expect(await contents(replica)).toEqual(await contents(leader));
   });
 
+  it('fails, and copies whole the next time, when the peer trims its log between listing the versions and sending them', async () => {
+    const leader = await replicaIn('leader');
+    const replica = await replicaIn('replica');
+    const ops = Array.from({ length: 10 }, (_, i) => op(`d${i}`, i + 1));
+    await leader.apply(ops);
+    await replica.apply(ops.slice(0, 3));
+    const counts: Counts = { entries: 0, versions: 0 };
+    const source = sourceOf(leader, counts);
+    const info = await source.info();
+    // The entries of versions 4 and 5 leave the peer's log after it listed them (a trim).
+    const trimmed = new Set([V + 4, V + 5]);
+    const logEntries = source.logEntries;
+    source.logEntries = async (versions) => (await logEntries(versions)).filter((e) => !trimmed.has(e.version));
+    await expect(syncFrom(replica, source, info)).rejects.toMatchObject({ code: 'SHX_UNAVAILABLE', message: expect.stringMatching(/no longer holds 2 of the versions/) });
+    // Nothing was counted as synced: the floor stays where the sync began.
+    expect(replica.store.syncFloor).toBeDefined();
+    // The next attempt sees the trimmed log and copies the replica whole.
+    source.logEntries = logEntries;
+    const report = await syncFrom(replica, source, { ...(await source.info()), trimmedThrough: V + 5 });
+    expect(report.method).toBe('full-copy');
+    expect(await contents(replica)).toEqual(await contents(leader));
+  });
+
   it('lists only the versions after the replica newest when the logs agree up to it', async () => {
     const leader = await replicaIn('leader');
     const replica = await replicaIn('replica');

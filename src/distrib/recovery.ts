@@ -179,7 +179,13 @@ export async function peerSync(replica: ShardReplica, source: SyncSource, from: 
   const missing = theirs.filter((v) => !have.has(v));
   let applied = 0;
   for (let i = 0; i < missing.length; i += ENTRIES_PAGE) {
-    const page = await source.logEntries(missing.slice(i, i + ENTRIES_PAGE));
+    const wanted = missing.slice(i, i + ENTRIES_PAGE);
+    const page = await source.logEntries(wanted);
+    // The peer trims its log as it goes: an entry listed above may be gone by now, and a sync
+    // that went on without it would end with the replica lacking a write, and counted whole.
+    if (page.length < wanted.length) {
+      throw new ShardexError('SHX_UNAVAILABLE', `peer sync of ${replica.key}: the peer's update log no longer holds ${wanted.length - page.length} of the versions listed (trimmed during the sync); the next attempt copies the replica whole`);
+    }
     assertValid(opts);
     const done = await replica.apply(page);
     applied += done.length;
