@@ -279,6 +279,10 @@ export class UpdateProcessor {
     const state = this.collection(replica.collection);
     const shard = state.shards.find((s) => s.name === replica.shard);
     const others = (shard?.replicas ?? []).filter((r) => r.node !== this.o.self && r.state !== 'down');
+    // Replicas already down miss this update too: before it is acknowledged, the terms must say
+    // so (Solr's ensureTermsAreHigher), or one of them, restarted and not yet recovering, could
+    // be elected without it once this leader is gone.
+    const skipped = (shard?.replicas ?? []).filter((r) => r.node !== this.o.self && r.state === 'down').map((r) => r.node);
     // A replica whose node is gone will miss this update: it is marked down now, without retries.
     const gone = others.filter((r) => !this.o.coordinator.isLive(r.node)).map((r) => r.node);
     const targets = others.filter((r) => this.o.coordinator.isLive(r.node)).map((r) => r.node);
@@ -299,9 +303,11 @@ export class UpdateProcessor {
     let effects = replica.step({ type: 'fannedOut', acked, stale, unreachable });
     const markDown = effects.find((e) => e.type === 'markDown');
     if (markDown) {
-      const ok = await this.markBehind(replica, acked, markDown.nodes);
+      const ok = await this.markBehind(replica, acked, markDown.nodes, skipped);
       this.o.onMarkedDown?.(replica.key, markDown.nodes, ok);
       effects = replica.step({ type: 'markedDown', ok, acked: acked.length });
+    } else if (skipped.length > 0 && effects.some((e) => e.type === 'acknowledge')) {
+      effects = replica.step({ type: 'markedDown', ok: await this.markBehind(replica, acked, [], skipped), acked: acked.length });
     }
     this.perform(replica, effects);
     const refused = effects.find((e) => e.type === 'refuse');
@@ -315,15 +321,17 @@ export class UpdateProcessor {
 
   /**
    * A replica that missed an acknowledged update must recover before it serves or leads:
-   * raise the healthy replicas' terms above its term, then mark it down. False when
-   * coordination could not record that (the write is then not acknowledged).
+   * raise the healthy replicas' terms above its term, then mark it down (`down`: replicas
+   * marked down before, which need only the terms). False when coordination could not record
+   * that (the write is then not acknowledged).
    */
-  private async markBehind(replica: ShardReplica, healthy: string[], behind: readonly string[]): Promise<boolean> {
+  private async markBehind(replica: ShardReplica, healthy: string[], behind: readonly string[], down: readonly string[]): Promise<boolean> {
     // A stopping node's sends fail because it stops, not because the replicas are behind.
     if (this.o.isStopping?.()) return false;
-    this.o.logger.warn({ replica: replica.key, behind }, 'replicas missed an update; marking them down');
+    if (behind.length > 0) this.o.logger.warn({ replica: replica.key, behind }, 'replicas missed an update; marking them down');
     try {
-      await this.o.coordinator.raiseTerms(replica.collection, replica.shard, [this.o.self, ...healthy], behind);
+      // One read of the terms, and a write only when a healthy replica is not above them all yet.
+      await this.o.coordinator.raiseTerms(replica.collection, replica.shard, [this.o.self, ...healthy], [...behind, ...down]);
       for (const node of behind) await this.o.coordinator.setReplicaState(replica.collection, replica.shard, node, 'down');
       return true;
     } catch (err) {

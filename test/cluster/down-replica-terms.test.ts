@@ -1,0 +1,74 @@
+// A leader skips a replica already marked down (its node restarting) when it fans an update out,
+// and acknowledges the update with the replicas it reached. Before that acknowledgement the
+// shard's terms must put the leader above the skipped replica (Solr's ensureTermsAreHigher):
+// otherwise, if the leader is gone before the restarted replica recovers, that replica is
+// elected without the write, and the returning leader's copy of it is then removed as one
+// nobody acknowledged.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { ReplicaStore } from '../../src/ulog/index.js';
+import { http, startCluster, type TestCluster } from '../support/cluster.js';
+import { pollUntil } from '../support/poll.js';
+
+const C = 'skip';
+let tc: TestCluster;
+
+beforeAll(async () => {
+  tc = await startCluster({ nodes: 2, collection: { name: C, numShards: 1, replicationFactor: 2, router: 'compositeId' } });
+  await tc.cluster.waitAllActive(30_000);
+});
+
+afterAll(async () => {
+  await tc?.stop();
+});
+
+it("keeps a write acknowledged while a replica was down when the leader dies before that replica recovers", async () => {
+  const nodes = tc.cluster.nodes;
+  const leader = nodes[0]!.coordinator.leader(C, 'shard1')!.node;
+  const li = nodes.findIndex((n) => n.name === leader);
+  const fi = 1 - li;
+  const L = nodes[li]!;
+  const follower = nodes[fi]!.name;
+  expect((await http('POST', `${L.httpUrl}/api/collections/${C}/docs`, [{ id: 'before' }])).status).toBe(200);
+
+  // The follower restarts; its stores open only when the test says (a slow disk).
+  await nodes[fi]!.stop();
+  const open = ReplicaStore.open.bind(ReplicaStore);
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  ReplicaStore.open = (async (...args: Parameters<typeof ReplicaStore.open>) => {
+    await gate;
+    return open(...args);
+  }) as typeof ReplicaStore.open;
+  let restarting: ReturnType<typeof tc.cluster.startNode> | undefined;
+  try {
+    restarting = tc.cluster.startNode(fi);
+    const stateOf = (): string | undefined => L.coordinator.collection(C)?.shards[0]?.replicas.find((r) => r.node === follower)?.state;
+    await pollUntil('the restarting follower to be live and down', () => (L.coordinator.isLive(follower) && stateOf() === 'down' ? true : undefined), { ms: 20_000, everyMs: 10 });
+
+    // Acknowledged by the leader alone: the follower is skipped.
+    const w = await http('POST', `${L.httpUrl}/api/collections/${C}/docs`, [{ id: 'W' }]);
+    expect(w.status, JSON.stringify(w.body)).toBe(200);
+    expect(w.body.rf).toBe(1);
+    const terms = await L.coordinator.terms(C, 'shard1');
+    expect(terms[leader]!).toBeGreaterThan(terms[follower]!);
+
+    // The leader goes away before the follower has opened its stores, let alone recovered.
+    await L.stop();
+  } finally {
+    ReplicaStore.open = open;
+    release();
+  }
+  const F = await restarting!;
+  // The follower may not lead: its term is behind. The leader returns, leads, and the follower
+  // recovers from it; the write is on both.
+  await tc.cluster.startNode(li);
+  await tc.cluster.waitAllActive(30_000);
+  expect(F.replica(C, 'shard1')!.role).toBe('follower');
+  for (const url of tc.cluster.urls) {
+    for (const id of ['before', 'W']) {
+      const got = await http('GET', `${url}/api/collections/${C}/docs/${id}`);
+      expect(got.status, `${id} at ${url}: ${JSON.stringify(got.body)}`).toBe(200);
+    }
+  }
+  for (const n of tc.cluster.nodes) expect(await n.replica(C, 'shard1')!.store.get('W'), `W in ${n.name}'s replica`).toBeDefined();
+});
