@@ -138,6 +138,13 @@ export class UpdateProcessor {
   private readonly o: UpdateProcessorOptions;
   private readonly backoff: BackoffPolicy;
   private readonly accepted = new AcceptedWrites();
+  /**
+   * By shard state read from coordination (a new object whenever it changes): the leadership and
+   * replicas whose terms were last raised above the replicas it had down. While the state stays
+   * the same object, those terms stand: a down replica catches its term up only after its leader
+   * has seen it recovering (a new state), so each write need not read the terms again.
+   */
+  private readonly termsAbove = new WeakMap<object, string>();
 
   constructor(opts: UpdateProcessorOptions) {
     this.o = opts;
@@ -306,8 +313,13 @@ export class UpdateProcessor {
       const ok = await this.markBehind(replica, acked, markDown.nodes, skipped);
       this.o.onMarkedDown?.(replica.key, markDown.nodes, ok);
       effects = replica.step({ type: 'markedDown', ok, acked: acked.length });
-    } else if (skipped.length > 0 && effects.some((e) => e.type === 'acknowledge')) {
-      effects = replica.step({ type: 'markedDown', ok: await this.markBehind(replica, acked, [], skipped), acked: acked.length });
+    } else if (skipped.length > 0 && shard && effects.some((e) => e.type === 'acknowledge')) {
+      const raised = `${replica.epoch} ${acked.join(',')}`;
+      if (this.termsAbove.get(shard) !== raised) {
+        const ok = await this.markBehind(replica, acked, [], skipped);
+        if (ok) this.termsAbove.set(shard, raised);
+        effects = replica.step({ type: 'markedDown', ok, acked: acked.length });
+      }
     }
     this.perform(replica, effects);
     const refused = effects.find((e) => e.type === 'refuse');

@@ -72,3 +72,63 @@ it("keeps a write acknowledged while a replica was down when the leader dies bef
   }
   for (const n of tc.cluster.nodes) expect(await n.replica(C, 'shard1')!.store.get('W'), `W in ${n.name}'s replica`).toBeDefined();
 });
+
+it('raises the terms again for each time a replica goes down, and reads them once per state while it is down', async () => {
+  const nodes = tc.cluster.nodes;
+  const leader = nodes[0]!.coordinator.leader(C, 'shard1')!.node;
+  const li = nodes.findIndex((n) => n.name === leader);
+  const fi = 1 - li;
+  const L = nodes[li]!;
+  const follower = nodes[fi]!.name;
+  let raises = 0;
+  const raiseTerms = L.coordinator.raiseTerms.bind(L.coordinator);
+  L.coordinator.raiseTerms = async (...args) => {
+    raises++;
+    return raiseTerms(...args);
+  };
+  const stateOf = (): string | undefined => L.coordinator.collection(C)?.shards[0]?.replicas.find((r) => r.node === follower)?.state;
+  const write = async (id: string): Promise<void> => {
+    const res = await http('POST', `${L.httpUrl}/api/collections/${C}/docs`, [{ id }]);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+  };
+  try {
+    for (const round of [1, 2]) {
+      // The follower restarts, its stores held until the writes are made.
+      await nodes[fi]!.stop();
+      const open = ReplicaStore.open.bind(ReplicaStore);
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      ReplicaStore.open = (async (...args: Parameters<typeof ReplicaStore.open>) => {
+        await gate;
+        return open(...args);
+      }) as typeof ReplicaStore.open;
+      try {
+        const restarting = tc.cluster.startNode(fi);
+        await pollUntil('the restarting follower to be live and down', () => (L.coordinator.isLive(follower) && stateOf() === 'down' ? true : undefined), { ms: 20_000, everyMs: 10 });
+        const before = raises;
+        await write(`r${round}a`);
+        await write(`r${round}b`);
+        // One raise for the state in which the follower is down, not one per write.
+        expect(raises - before).toBe(1);
+        const terms = await L.coordinator.terms(C, 'shard1');
+        expect(terms[leader]!, `round ${round}: ${JSON.stringify(terms)}`).toBeGreaterThan(terms[follower]!);
+        ReplicaStore.open = open;
+        release();
+        await restarting;
+      } finally {
+        ReplicaStore.open = open;
+        release();
+      }
+      // Recovered, the follower's term is the leader's again: the next time it is down, the terms are raised again.
+      await tc.cluster.waitAllActive(30_000);
+      const caught = await L.coordinator.terms(C, 'shard1');
+      expect(caught[follower]).toBe(caught[leader]);
+    }
+  } finally {
+    L.coordinator.raiseTerms = raiseTerms;
+  }
+  for (const id of ['r1a', 'r1b', 'r2a', 'r2b']) {
+    const got = await http('GET', `${tc.cluster.urls[fi]}/api/collections/${C}/docs/${id}`);
+    expect(got.status, id).toBe(200);
+  }
+});
