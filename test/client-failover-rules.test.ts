@@ -640,6 +640,72 @@ describe('a write that fails for good', () => {
     expect(net.docPosts()).toHaveLength(2);
   });
 
+  /** A fetch whose matching requests leave and are never answered (until aborted); `hung` counts them. */
+  function hangingFetch(net: FakeNet, hangs: (init: RequestInit) => boolean): { fetch: Options['fetch']; hung: () => number } {
+    let hung = 0;
+    const fetch = (async (url: string, init: RequestInit) => {
+      if (!hangs(init)) return net.fetch(url, init as never);
+      hung++;
+      return new Promise<Response>((_, reject) => init.signal?.addEventListener('abort', () => reject(init.signal!.reason)));
+    }) as Options['fetch'];
+    return { fetch, hung: () => hung };
+  }
+
+  it("add(): a deadline that ends during an attempt says what was written, and that the cut-off shard's part may have been", async () => {
+    const net = new FakeNet();
+    const ids = Array.from({ length: 8 }, (_, i) => `id-${i}`);
+    const slow = net.shardOf(ids[0]!);
+    const hangs = (init: RequestInit): boolean => init.method === 'POST' && (JSON.parse(String(init.body)) as Array<{ id: string }>).some((d) => net.shardOf(d.id) === slow);
+    const { client } = make({ urls: ['http://node1.test'], fetch: hangingFetch(net, hangs).fetch });
+    await client.connect();
+    const err = (await client.add('docs', ids.map((id) => ({ id })), { timeoutMs: 200 }).catch((e: unknown) => e)) as ShardexError;
+    const written = ids.filter((id) => net.shardOf(id) !== slow);
+    expect(written.length).toBeGreaterThan(0);
+    expect(err).toMatchObject({ code: 'SHX_TIMEOUT', details: { written: written.length, failedShards: [slow], indeterminate: true, indeterminateShards: [slow] } });
+    expect(Object.keys((err.details as { versions: object }).versions).sort()).toEqual(written.sort());
+    expect(err.message).toMatch(/did not complete within 200 ms \(the last attempt failed: /);
+  });
+
+  it('delete(): a deadline that ends during an attempt names the ids that may have been deleted', async () => {
+    const net = new FakeNet();
+    const { client } = make({ urls: ['http://node1.test'], fetch: hangingFetch(net, (init) => init.method === 'DELETE').fetch });
+    await client.connect();
+    await client.add('docs', [{ id: 'a' }]);
+    const err = (await client.delete('docs', ['a'], { timeoutMs: 200 }).catch((e: unknown) => e)) as ShardexError;
+    expect(err).toMatchObject({ code: 'SHX_TIMEOUT', details: { deleted: 0, failedIds: ['a'], indeterminate: true, indeterminateIds: ['a'] } });
+  });
+
+  it("add(): the caller's abort during an attempt ends it with the signal's reason", async () => {
+    const net = new FakeNet();
+    const fake = hangingFetch(net, (init) => init.method === 'POST');
+    const { client } = make({ urls: ['http://node1.test'], fetch: fake.fetch });
+    await client.connect();
+    const ac = new AbortController();
+    const reason = new Error('the user left');
+    const pending = client.add('docs', [{ id: 'a' }], { signal: ac.signal });
+    await until(() => fake.hung() > 0, 'the POST to be sent');
+    ac.abort(reason);
+    await expect(pending).rejects.toBe(reason);
+  });
+
+  it('write batcher: a batch in flight when the caller aborts is reported as failed and indeterminate, not as never sent', async () => {
+    const net = new FakeNet();
+    const fake = hangingFetch(net, (init) => init.method === 'POST');
+    const { client } = make({ urls: ['http://node1.test'], fetch: fake.fetch });
+    await client.connect();
+    const ac = new AbortController();
+    const job = client.writeBatcher({ collection: 'docs', batchSize: 1, signal: ac.signal });
+    const failures: BatchFailureEvent[] = [];
+    job.onBatchFailure((e) => void failures.push(e));
+    await job.add({ id: 'a' });
+    await until(() => fake.hung() > 0, 'the batch to be sent');
+    ac.abort();
+    const err = (await job.awaitCompletion().catch((e: unknown) => e)) as ShardexError;
+    const report = (err.details as { report: { failed: number; notSent: number } }).report;
+    expect(report).toMatchObject({ failed: 1, notSent: 0 });
+    expect(failures).toMatchObject([{ retrying: false, indeterminate: true, attempt: 1 }]);
+  });
+
   it('a connection refused before anything was sent is definite', async () => {
     const net = new FakeNet({ nodes: 1 });
     const { client } = onFake(net, { maxRetries: 1, hostUnavailableCodes: [] });

@@ -450,6 +450,7 @@ export class ShardexClient {
           limit(() => this.postShard(job, collection, shard, group.map((op) => op.doc), { ...(opts.minRf !== undefined && { minRf: opts.minRf }), spread, deadline })),
         ),
       );
+      rethrowAbort(deadline);
       return mergeWrites(outcomes, [...groups.keys()], ops.length);
     });
   }
@@ -489,6 +490,7 @@ export class ShardexClient {
           }),
         ),
       );
+      rethrowAbort(deadline);
       const failures = outcomes.flatMap((r, i) => (r.ok ? [] : [{ id: ids[i]!, error: r.error, indeterminate: r.indeterminate }]));
       if (failures.length > 0) {
         const first = failures[0]!.error;
@@ -726,6 +728,16 @@ type ShardWrite = { added: number; rf: number; versions: Record<string, number>;
  * Merges per-shard outcomes: all ok -> one result; any failure -> an error saying what was
  * written, which shards failed, and which of them may have been applied all the same.
  */
+/**
+ * A caller's abort ends a write with the signal's reason, as it ends a read. The end of its
+ * deadline does not: the failure then says what was written and what may have been.
+ */
+function rethrowAbort(deadline: Deadline): void {
+  if (deadline.signal?.aborted !== true) return;
+  const reason = deadline.ended();
+  if (reason !== undefined && !(isShardexError(reason) && reason.code === 'SHX_TIMEOUT')) throw reason;
+}
+
 function mergeWrites(outcomes: ReadonlyArray<Outcome<ShardWrite>>, shards: readonly string[], total: number): AddResult & { minRfMet: boolean } {
   const versions: Record<string, number> = {};
   let rf = Infinity;

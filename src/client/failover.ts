@@ -136,39 +136,44 @@ export class RequestExecutor {
     return hosts.every((h) => this.c.hosts.isSuspended(h));
   }
 
-  /** Sends `req` with failover and retries; never throws but for the end of the caller's deadline. */
+  /**
+   * Sends `req` with failover and retries; never throws. The end of the caller's deadline (or
+   * its abort) is a failed outcome too, so that what the attempts made of an update (how many,
+   * and whether one may have been applied) reaches the caller with it.
+   */
   async run<T>(job: JobContext, req: Request<T>): Promise<Outcome<T>> {
     let indeterminate = false;
     let spent = 0;
     let host: string | undefined;
     const fail = (error: unknown, attempts: number): Outcome<T> => ({ ok: false, error, host, attempts, indeterminate });
     const deadline = req.deadline;
-    const over = (): void => {
-      const ended = this.ended(deadline);
-      if (ended !== undefined) throw ended;
-    };
     const pauseSignal = anySignal(deadline?.signal, job.signal);
     for (let attempt = 1; ; attempt++) {
       const stopped = job.stopReason();
       if (stopped !== undefined) return fail(stopped, attempt - 1);
-      over();
+      const ended = this.ended(deadline);
+      if (ended !== undefined) return fail(ended, attempt - 1);
       try {
         await this.beforeAttempt(job, req, pauseSignal);
         const reason = job.stopReason();
         if (reason !== undefined) return fail(reason, attempt - 1);
         host = attempt === 1 && req.firstHost !== undefined ? req.firstHost : this.pick(req.route, attempt);
       } catch (err) {
-        over();
-        const reason = job.stopReason();
+        const reason = this.ended(deadline) ?? job.stopReason();
         return fail(reason ?? err, attempt - 1);
       }
       try {
         return { ok: true, value: await req.send(host), host, attempts: attempt };
       } catch (err) {
-        over();
+        // Recorded first: an attempt cut short by the deadline or an abort may have been applied.
         if (deadline) this.lastFailures.set(deadline, err);
         const failure = classifyFailure(err, this.c.hosts.codes);
         if (req.update && failure.indeterminate) indeterminate = true;
+        const cutShort = this.ended(deadline);
+        if (cutShort !== undefined) {
+          req.onFailure?.({ host: host ?? '', error: err, attempt, hostUnavailable: false, suspended: false, delayMs: 0, retrying: false, indeterminate });
+          return fail(cutShort, attempt);
+        }
         const blamed = req.hostOf ? req.hostOf(err, host) : host;
         const decision = this.c.gateway === undefined && blamed !== undefined && failure.hostUnavailable ? this.c.hosts.onFailure(blamed, err, this.c.state().dataHosts(), job.minHosts, job) : undefined;
         const info = { host: blamed ?? host ?? '', error: err, attempt, hostUnavailable: decision !== undefined, suspended: decision?.action === 'suspend' };
