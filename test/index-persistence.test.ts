@@ -301,6 +301,47 @@ describe('a replica index on disk', () => {
     expect((await replica.store.get('d1'))).toBeUndefined();
   });
 
+  it('does not rebuild a damaged index from documents a reset is removing: old documents never come back', async () => {
+    let gate: Promise<void> | undefined;
+    const writer: CheckpointWriter = {
+      writeCheckpoint: async (files) => {
+        await gate;
+        return IN_THREAD.writeCheckpoint(files);
+      },
+    };
+    let { replica, index } = await openReplica(FINGERPRINT, false, tmp.dir, { writer });
+    await replica.apply([put(1), put(2), put(3)]);
+    await index.checkpoint();
+    await replica.apply([put(4)]);
+    // A checkpoint holds the index's lock while its write waits.
+    let open!: () => void;
+    gate = new Promise((r) => (open = r));
+    const writing = index.checkpoint();
+    // A full copy resets the replica: its clear waits for the lock. Meanwhile a search finds a
+    // damaged segment in the old index, and asks for a rebuild (queued behind the clear).
+    const clear = index.clear.bind(index);
+    index.clear = () => {
+      const cleared = clear();
+      void index.rebuildDamaged('a term checksum did not match (test)');
+      return cleared;
+    };
+    const resetting = replica.reset();
+    await new Promise((r) => setTimeout(r, 20));
+    open();
+    gate = undefined;
+    await Promise.all([resetting, writing]);
+    await index.settled();
+    // The copy brings the leader's documents, then a checkpoint and a crash.
+    await replica.apply([put(9)]);
+    await index.checkpoint();
+    expect(index.index.size).toBe(1);
+    await crash();
+    ({ index } = await openReplica());
+    expect(index.index.size).toBe(1);
+    expect(index.index.has('d9')).toBe(true);
+    expect(index.index.has('d1')).toBe(false);
+  });
+
   it('writes a segment when the policy says so, and not before', async () => {
     const store = await ReplicaStore.open(tmp.dir);
     stores.push(store);

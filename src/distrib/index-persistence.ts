@@ -40,6 +40,7 @@ import {
   type StoredDoc,
 } from '../index/index.js';
 import type { CommitPoint, ReplicaStore, StoredEntry, UpdateOp } from '../ulog/index.js';
+import { syncDir } from '../durable-file.js';
 import { Mutex } from './mutex.js';
 import { SearchIndexBinding } from './replica.js';
 import { IN_THREAD, type CheckpointWriter, type CheckpointWritten, type SegmentMerger } from './segment-merge.js';
@@ -495,9 +496,14 @@ export class PersistedIndex extends SearchIndexBinding {
    * swapped, or at once with the running rebuild's promise.
    */
   rebuildDamaged(problem: string): Promise<void> {
+    // The index whose segment was found damaged (a clear asked before may not have run yet).
+    const damaged = this.index;
     this.rebuilding ??= this.lock
       .run(async () => {
         if (this.closed) return;
+        // Replaced since (a reset for a full copy): the damaged index is gone, and the store is
+        // being wiped; a rebuild now would read back the documents the wipe removes.
+        if (this.index !== damaged) return;
         const t0 = performance.now();
         this.o.log.warn({ dir: this.o.dir, problem }, 'a segment file of the replica index is damaged; rebuilding the index from the stored documents');
         // Merges of the damaged segments are dropped.
@@ -534,6 +540,9 @@ export class PersistedIndex extends SearchIndexBinding {
       this.committed = undefined;
       this.onDisk = new Set();
       await this.removeUnusedFiles(false);
+      // The commit's removal is on disk before the store is wiped: after a power loss the old
+      // commit must not come back to name documents the store no longer holds.
+      await syncDir(this.o.dir);
     });
   }
 
