@@ -761,11 +761,11 @@ export class ClusterCoordinator implements Coordinator {
     });
   }
 
-  async catchUpTerm(collection: string, shard: string, node: string): Promise<void> {
+  async catchUpTerm(collection: string, shard: string, node: string, upTo: number): Promise<void> {
     await this.updateTerms(collection, shard, (t) => {
-      const top = Math.max(0, ...Object.values(t));
-      if ((t[node] ?? 0) >= top) return false;
-      t[node] = top;
+      const to = Math.min(upTo, Math.max(0, ...Object.values(t)));
+      if ((t[node] ?? 0) >= to) return false;
+      t[node] = to;
       return true;
     });
   }

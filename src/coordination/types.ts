@@ -121,8 +121,12 @@ export interface Coordinator {
   terms(collection: string, shard: string): Promise<Record<string, number>>;
   /** Raises the terms of `healthy` above those of `behind` (Solr's ensureTermsIsHigher). */
   raiseTerms(collection: string, shard: string, healthy: readonly string[], behind: readonly string[]): Promise<void>;
-  /** Sets a recovered replica's term to the shard's highest. */
-  catchUpTerm(collection: string, shard: string, node: string): Promise<void>;
+  /**
+   * Raises a recovered replica's term to `upTo`: the shard's highest term when its recovery
+   * began (Solr's doneRecovering), never to a term raised since, which a leader raised because
+   * the replica missed a write during the recovery.
+   */
+  catchUpTerm(collection: string, shard: string, node: string, upTo: number): Promise<void>;
   /** True while the session is connected, and for a grace part of the session timeout after a disconnect. */
   canActAsLeader(): boolean;
   /** Called after any change of the cached cluster state. Returns an unsubscribe function. */

@@ -758,6 +758,10 @@ export class ShardexNode {
           const probe = await this.infoUntil(source, (i) => i.leading === true, onRecord, LEADER_POLLS);
           if (probe.leading !== true) throw new ShardexError('SHX_NOT_LEADER', `${leader} does not lead ${replica.key} yet`);
           const t0 = performance.now();
+          // The highest term as the recovery begins, before the leader may send this replica
+          // anything: the recovery brings the replica up to it, never to a term the leader
+          // raises meanwhile because an update to this replica failed.
+          const termAtStart = Math.max(0, ...Object.values(await this.coordinator.terms(collection, shard)));
           replica.step({ type: 'recoveryStarted' });
           // Where the sync will compare the logs from, fixed before the leader sends this replica
           // any update (it applies them as they come): their versions must not move the sync's
@@ -781,7 +785,7 @@ export class ShardexNode {
             await replica.apply([], { fence: info.epoch });
           }
           await replica.store.markComplete();
-          await this.coordinator.catchUpTerm(collection, shard, this.name);
+          await this.coordinator.catchUpTerm(collection, shard, this.name, termAtStart);
           // Active only if still recovering: a leader that could not reach this replica during
           // the sync marked it down and stopped sending it updates, so it may lack writes
           // acknowledged since. It then recovers again (SHX_RECOVERING is retried).

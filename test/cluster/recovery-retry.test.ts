@@ -76,22 +76,26 @@ describe('recovery and a leader that marks the replica down meanwhile', () => {
     const stateSeenBy = (node: ShardexNode): string | undefined => node.coordinator.collection(C)?.shards[0]?.replicas.find((r) => r.node === follower.name)?.state;
     // After the sync, before the replica goes active: the leader cannot reach it (as when its
     // gRPC port is not open yet), marks it down, and acknowledges writes without it.
-    const coordinator = follower.coordinator as unknown as { catchUpTerm: (c: string, s: string, n: string) => Promise<void> };
+    const coordinator = follower.coordinator as unknown as { catchUpTerm: (c: string, s: string, n: string, upTo: number) => Promise<void> };
     const catchUp = coordinator.catchUpTerm.bind(coordinator);
     let hooked = false;
-    coordinator.catchUpTerm = async (c, s, n) => {
-      if (!hooked) {
-        hooked = true;
-        await leader.coordinator.setReplicaState(C, 'shard1', follower.name, 'down');
-        await pollUntil('the leader to see the follower down', () => (stateSeenBy(leader) === 'down' ? true : undefined), { ms: 10_000, everyMs: 10 });
-        const meanwhile = await http('POST', `${leader.httpUrl}/api/collections/${C}/docs`, [{ id: 'meanwhile-1' }, { id: 'meanwhile-2' }]);
-        expect(meanwhile.status, JSON.stringify(meanwhile.body)).toBe(200);
-        expect(meanwhile.body.rf).toBe(1);
-      }
-      return catchUp(c, s, n);
+    let termsThen: Record<string, number> | undefined;
+    coordinator.catchUpTerm = async (c, s, n, upTo) => {
+      if (hooked) return catchUp(c, s, n, upTo);
+      hooked = true;
+      await leader.coordinator.setReplicaState(C, 'shard1', follower.name, 'down');
+      await pollUntil('the leader to see the follower down', () => (stateSeenBy(leader) === 'down' ? true : undefined), { ms: 10_000, everyMs: 10 });
+      const meanwhile = await http('POST', `${leader.httpUrl}/api/collections/${C}/docs`, [{ id: 'meanwhile-1' }, { id: 'meanwhile-2' }]);
+      expect(meanwhile.status, JSON.stringify(meanwhile.body)).toBe(200);
+      expect(meanwhile.body.rf).toBe(1);
+      await catchUp(c, s, n, upTo);
+      termsThen = await leader.coordinator.terms(C, 'shard1');
     };
     await follower.recover(replica);
     expect(hooked).toBe(true);
+    // The recovery that missed those writes did not take the term the leader raised for them:
+    // had the leader died then, the replica could not have been elected without them.
+    expect(termsThen![follower.name]!).toBeLessThan(termsThen![leader.name]!);
     expect(stateSeenBy(follower)).toBe('active');
     expect((await replica.store.getMany(['before', 'meanwhile-1', 'meanwhile-2'])).map((e) => e?.doc !== null && e !== undefined)).toEqual([true, true, true]);
   });
