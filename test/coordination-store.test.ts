@@ -546,6 +546,33 @@ describe('MemoryZNodeServer', () => {
     await server.close();
   });
 
+  it("ends the session of a worker whose thread ends without closing it (its port closes): its ephemerals go", async () => {
+    const { Worker } = await import('node:worker_threads');
+    const observer = server.connect();
+    const { port1, port2 } = new MessageChannel();
+    servePort(port1, server);
+    // A thread that opens the session and creates an ephemeral (its live node), then dies of an
+    // uncaught error when told to.
+    const worker = new Worker(
+      `const { workerData, parentPort } = require('node:worker_threads');
+       workerData.port.on('message', (m) => {
+         if (m.kind === 'state') workerData.port.postMessage({ kind: 'request', id: 1, op: 'create', args: ['/live', new Uint8Array(), 'ephemeral'] });
+       });
+       parentPort.on('message', () => { throw new Error('the node thread crashed'); });`,
+      { eval: true, workerData: { port: port2 }, transferList: [port2] },
+    );
+    worker.on('error', () => undefined);
+    const exited = new Promise((r) => worker.once('exit', r));
+    const until = async (want: boolean): Promise<boolean> => {
+      for (let i = 0; i < 400 && (await observer.exists('/live')) !== want; i++) await new Promise((r) => setTimeout(r, 5));
+      return observer.exists('/live');
+    };
+    expect(await until(true)).toBe(true);
+    worker.postMessage('crash');
+    await exited;
+    expect(await until(false)).toBe(false);
+  });
+
   it('creates the chroot of a session', async () => {
     server.connect({ chroot: '/a/b' });
     expect(await server.connect().exists('/a/b')).toBe(true);

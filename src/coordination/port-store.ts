@@ -37,6 +37,10 @@ export function servePort(port: MessagePort, server: MemoryZNodeServer, options:
     ...(options.sessionTimeoutMs !== undefined && { sessionTimeoutMs: options.sessionTimeoutMs }),
   });
   const post = (m: Message): void => port.postMessage(m);
+  // The port closes when the worker's thread ends, however it ends (an uncaught error, out of
+  // memory): its session ends with it, so that its ephemerals (live node, candidacies) go and
+  // its shards fail over, as a ZooKeeper session of a dead process expires.
+  port.once('close', () => void store.close());
   post({ kind: 'state', state: 'connected', sessionId: store.sessionId });
   store.onSessionState((state) => post({ kind: 'state', state, sessionId: store.sessionId }));
   // One function per watch id: the worker sends the same id for the same watcher, so the

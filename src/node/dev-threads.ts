@@ -59,6 +59,7 @@ export class ThreadedDevCluster {
   readonly collections = new Map<string, CollectionLayout>();
   private readonly o: ThreadedDevClusterOptions;
   private coordinator: MemoryZNodeServer | undefined;
+  private stopping = false;
   private readonly access: StarterAccess;
   /** A cluster secret for this run, random, never printed: only its own members reach each other over gRPC. */
   private readonly clusterSecret = randomBytes(32).toString('hex');
@@ -128,6 +129,11 @@ export class ThreadedDevCluster {
       worker.once('error', (err) => done(err));
       worker.once('exit', (code) => done(new ShardexError('SHX_INTERNAL', `${name} exited (code ${code}) while starting; see ${this.o.logFile}`)));
     });
+    // A member that dies while the cluster runs: its session has ended with its port (its shards
+    // fail over); say so where the user looks.
+    worker.once('exit', (code) => {
+      if (!this.stopping) this.o.logger.error({ member: name, code }, `${name} stopped unexpectedly (see ${this.o.logFile}); its shards fail over to the other nodes; restart the dev cluster to bring it back`);
+    });
     return member;
   }
 
@@ -167,6 +173,7 @@ export class ThreadedDevCluster {
 
   /** Stops readers, then nodes (each leaves its elections first), then the coordinator. */
   async stop(): Promise<void> {
+    this.stopping = true;
     for (const m of [...this.readers, ...this.nodes]) {
       const stopped = new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, STOP_TIMEOUT_MS);
