@@ -204,6 +204,14 @@ describe('refuses, naming the file and what to do, and leaving it as it is', () 
     await expectRefused(log, `record at byte ${HEADER_BYTES} fails its checksum`);
   });
 
+  it('a log record whose length field is damaged to run past the end of the file, with records after it (not taken for a torn tail)', async () => {
+    const log = await logWithRecords();
+    const bytes = await readFile(log);
+    bytes[HEADER_BYTES + 1] ^= 0x40; // the first record's length, now far past the end
+    await writeFile(log, bytes);
+    await expectRefused(log, `record at byte ${HEADER_BYTES} says it runs past the end of the file`, 'its length is damaged');
+  });
+
   it('a log with a change missing', async () => {
     const log = await logWithRecords();
     await writeFile(log, Buffer.concat([await readFile(log), encodeChange(9, { op: 'delete', path: '/a' })]));

@@ -184,7 +184,13 @@ export function decodeLog(file: Buffer): DecodedLog {
     if (file.length - at < FRAME_HEADER_BYTES) return torn();
     const length = file.readUInt32BE(at);
     const end = at + FRAME_HEADER_BYTES + length;
-    if (end > file.length) return torn();
+    if (end > file.length) {
+      // A write the crash cut short, unless the record is whole and its length is what is wrong:
+      // then cutting it off would silently drop every change after it.
+      const whole = wholeRecordAt(file, at);
+      if (whole !== undefined) throw new TreeFileError(`its record at byte ${at} says it runs past the end of the file (${length} bytes), but a whole record of ${whole} bytes is there: its length is damaged`, 'damaged');
+      return torn();
+    }
     const payload = file.subarray(at + FRAME_HEADER_BYTES, end);
     const record = length > 0 && crc32(payload) === file.readUInt32BE(at + 4) ? toChange(parsePayload(payload)) : undefined;
     if (record === undefined) {
@@ -196,6 +202,22 @@ export function decodeLog(file: Buffer): DecodedLog {
     at = end;
   }
   return { changes, validBytes: at };
+}
+
+/**
+ * The length of the whole, readable record that starts at `at` whatever its length field says:
+ * the first payload length whose CRC-32 (computed once, byte by byte) matches the frame's and
+ * that reads as a change. Undefined when none does (a torn write).
+ */
+function wholeRecordAt(file: Buffer, at: number): number | undefined {
+  const want = file.readUInt32BE(at + 4);
+  const start = at + FRAME_HEADER_BYTES;
+  let c = 0xffffffff;
+  for (let i = start; i < file.length; i++) {
+    c = CRC_TABLE[(c ^ file[i]!) & 0xff]! ^ (c >>> 8);
+    if ((c ^ 0xffffffff) >>> 0 === want && toChange(parsePayload(file.subarray(start, i + 1))) !== undefined) return i + 1 - start;
+  }
+  return undefined;
 }
 
 interface ModelNode {
