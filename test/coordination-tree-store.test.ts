@@ -232,6 +232,21 @@ describe('refuses, naming the file and what to do, and leaving it as it is', () 
     await expectRefused(snapshot, 'fail their checksum');
   });
 
+  it('a missing log beside a snapshot (the changes since the snapshot would be lost)', async () => {
+    const server = await openTree({ compactAfter: 2 });
+    const store = server.connect();
+    await store.create('/a', buf('1'), 'persistent');
+    await store.create('/b', buf('2'), 'persistent');
+    await store.create('/c', buf('3'), 'persistent');
+    await server.close();
+    open.splice(0);
+    await rm(join(dir, LOG_FILE));
+    const err = await refusal(openTree());
+    expect(err.message).toContain(join(dir, LOG_FILE));
+    expect(err.message).toContain('is missing while the snapshot');
+    expect(err.message).toContain('restore it from a backup');
+  });
+
   it('a truncated snapshot', async () => {
     const server = await openTree({ compactAfter: 1 });
     await server.connect().create('/a', buf('1'), 'persistent');

@@ -75,8 +75,12 @@ export async function openTreeStore(options: TreeStoreOptions): Promise<MemoryZN
     const snapshot: DecodedSnapshot | undefined = snapshotBytes && decode(snapshotPath, () => decodeSnapshot(snapshotBytes));
     const logBytes = await read(logPath);
     let changes: LoggedChange[] = [];
-    if (logBytes === undefined) await replaceDurably(logPath, [encodeHeader(LOG_MAGIC)]);
-    else {
+    if (logBytes === undefined) {
+      // A compaction replaces the log, it never leaves none: a snapshot without its log has lost
+      // the changes made since it was written.
+      if (snapshot !== undefined) throw refuse(logPath, `it is missing while the snapshot ${snapshotPath} is there (the changes made since the snapshot would be lost)`);
+      await replaceDurably(logPath, [encodeHeader(LOG_MAGIC)]);
+    } else {
       const log = decode(logPath, () => decodeLog(logBytes));
       changes = log.changes;
       if (log.validBytes < logBytes.length) {
