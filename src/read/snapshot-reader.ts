@@ -109,6 +109,8 @@ interface CachedShard {
   retired: boolean;
   /** How the copy's index was made: the leader's segments loaded, or its documents indexed here. */
   readonly index: 'segments' | 'documents';
+  /** The leadership the copy was made or last refreshed from (see refresh). */
+  epoch: number | undefined;
 }
 
 interface LeaderCommitInfo {
@@ -116,6 +118,8 @@ interface LeaderCommitInfo {
   readonly trimmedThrough: number;
   /** Whether the node asked still leads the shard: its replica leads, and it may act as a leader (its coordination session is up, or within its grace). */
   readonly leading?: boolean;
+  /** The leadership epoch of the node asked. */
+  readonly epoch?: number;
   readonly commit?: CommitPoint;
 }
 
@@ -390,7 +394,7 @@ export class SnapshotReader {
       replica.index = binding;
       // The commit point the leader copied (it may be newer than the one it named when asked).
       const commit = copy.commit ?? info.commit ?? { version: 0, at: 0 };
-      const cached: CachedShard = { key, dir, replica, binding, commit, checkedAt: asked, lastUsed: this.now(), users: 0, retired: false, index: copy.how };
+      const cached: CachedShard = { key, dir, replica, binding, commit, checkedAt: asked, lastUsed: this.now(), users: 0, retired: false, index: copy.how, epoch: info.epoch };
       this.cache.copies.inc();
       const previous = this.shards.get(key);
       this.shards.set(key, cached);
@@ -426,19 +430,35 @@ export class SnapshotReader {
     this.refreshCounter.inc();
     const info = await this.newestCommit(leader, collection, shard);
     const next = info.commit;
-    if (!next || next.version <= cached.commit.version) {
+    // Copied whole again, beside the old copy (which serves the requests already reading it and
+    // is closed after them), when the log between the two may not tell every change:
+    // - another leadership: the copy may hold a deposed leader's writes nobody acknowledged,
+    //   which the new leader's log does not undo;
+    // - an older commit point of the same leadership (versions only grow within one): another
+    //   incarnation of the collection, deleted and created again;
+    // - the log no longer reaches back to the copy.
+    const otherLeadership = info.epoch !== undefined && cached.epoch !== undefined && info.epoch !== cached.epoch;
+    if (otherLeadership || (next !== undefined && next.version < cached.commit.version)) {
+      await this.load(collection, shard);
+      return;
+    }
+    if (!next || next.version === cached.commit.version) {
       cached.checkedAt = asked;
       return;
     }
     if (info.trimmedThrough > cached.commit.version) {
-      // The log no longer reaches back: copy the new snapshot in full, beside the old copy,
-      // which serves the requests already reading it and is closed after them.
       await this.load(collection, shard);
       return;
     }
     let after = cached.commit.version;
     for (;;) {
       const page = await this.peers.call<StoredEntry[]>(leader, 'updatesAfter', { collection, shard, after, limit: 5000, upto: next.version });
+      // The leader trims its log as it writes: a page read once it had trimmed past `after` may
+      // lack entries, and the copy would silently miss their changes.
+      if ((await this.newestCommit(leader, collection, shard)).trimmedThrough > after) {
+        await this.load(collection, shard);
+        return;
+      }
       if (page.length === 0) break;
       // Only the newest entry of each id in the page matters: older ones would be indexed for nothing.
       const newest = new Map<string, StoredEntry>();
