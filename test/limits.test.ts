@@ -5,7 +5,8 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildHttp } from '../src/node/http/app.js';
-import { LIMITS, limitRequestsPerConnection, nestsDeeper, resolveLimits, type HttpLimits } from '../src/node/http/limits.js';
+import fc from 'fast-check';
+import { LIMITS, countElements, countLines, limitRequestsPerConnection, nestsDeeper, resolveLimits, type HttpLimits } from '../src/node/http/limits.js';
 import { silentLogger } from '../src/logger.js';
 import { MAX_RESULT_WINDOW } from '../src/index/index.js';
 import { startGuardedNode, type GuardedNode } from './support/guarded-node.js';
@@ -81,6 +82,26 @@ describe('documents per request (--max-batch-docs)', () => {
 
   it('takes a batch of exactly that many', async () => {
     expect((await post('/docs', docs('five', 5))).statusCode).toBe(200);
+  });
+
+  it('counts them before parsing the body: a body of many tiny documents is refused without being parsed', async () => {
+    // Cut short after its sixth document: a parse would refuse it as invalid JSON.
+    await refused(() => post('/docs', '[{},{},{},{},{},{},{"id":'), 'maxBatchDocs', 5, { says: ['7 documents'] });
+    await refused(() => post('/docs', '{}\n{}\n\n  \n{}\n{}\n{}\n{}\n{"id":', 'application/x-ndjson'), 'maxBatchDocs', 5, { says: ['7 documents'] });
+  });
+
+  it('counts exactly the elements of any JSON array and the non-blank lines of NDJSON (brackets, commas and quotes inside strings included)', () => {
+    const value = fc.jsonValue({ maxDepth: 4 }).map((v) => JSON.parse(JSON.stringify(v)) as unknown);
+    fc.assert(
+      fc.property(fc.array(value, { maxLength: 30 }), fc.boolean(), (items, spaced) => {
+        expect(countElements(spaced ? JSON.stringify(items, null, 2) : JSON.stringify(items))).toBe(items.length);
+        expect(countLines(items.map((x) => JSON.stringify(x)).join(spaced ? '\n\n \r\n' : '\n'))).toBe(items.length);
+      }),
+      { numRuns: 300 },
+    );
+    expect(countElements('{"a":[1,2]}')).toBe(0);
+    expect(countElements('  [ ]  ')).toBe(0);
+    expect(countElements('["a,]\\"",{"x":"[,,"}]')).toBe(2);
   });
 });
 

@@ -10,7 +10,7 @@ import { AUTHORIZATION_REDACTION, guardRoutes, type ApiKey, type RouteAccess } f
 import { collectionRoutes } from './collections.js';
 import { DOCS_ROUTE, docRoutes } from './docs.js';
 import { answerErrorsAsCatalog, toShardexHttpError } from './error-replies.js';
-import { checkJsonDepth, limitRequestsPerConnection, resolveLimits, type HttpLimits } from './limits.js';
+import { checkBatchCount, checkJsonDepth, limitRequestsPerConnection, resolveLimits, type HttpLimits } from './limits.js';
 import { observability } from './observability.js';
 import { clusterPageRoutes } from './page.js';
 import { readBalanceRoutes } from './read-balance.js';
@@ -130,6 +130,7 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   const maxDepthOf = (req: FastifyRequest): number | undefined => (req.routeOptions.url === DOCS_ROUTE ? undefined : limits.maxJsonDepth);
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     try {
+      if (req.routeOptions.url === DOCS_ROUTE) checkBatchCount(body as string, false, limits);
       done(null, parseJsonBody(body as string, maxDepthOf(req)));
     } catch (err) {
       done(err as Error, undefined);
@@ -137,6 +138,7 @@ export async function buildHttp(node: ShardexNode, opts: HttpOptions): Promise<F
   });
   app.addContentTypeParser(['application/x-ndjson', 'application/ndjson'], { parseAs: 'string' }, (req, body, done) => {
     try {
+      if (req.routeOptions.url === DOCS_ROUTE) checkBatchCount(body as string, true, limits);
       done(null, parseNdjson(body as string, maxDepthOf(req)));
     } catch (err) {
       done(err as Error, undefined);

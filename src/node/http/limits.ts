@@ -214,9 +214,7 @@ function nestingProblem(l: HttpLimits): SizeProblem {
  * visits every value anyway), so this is where their depth is checked.
  */
 export function checkBatchLimits(docs: readonly unknown[], docDepth: number, l: HttpLimits, lines?: readonly number[]): void {
-  if (docs.length > l.maxBatchDocs) {
-    throw limitExceeded('maxBatchDocs', l.maxBatchDocs, `the request has ${docs.length} documents`, 'split it into smaller batches', 'nothing was written');
-  }
+  if (docs.length > l.maxBatchDocs) throw tooManyDocs(`the request has ${docs.length} documents`, l);
   for (let i = 0; i < docs.length; i++) {
     const doc = docs[i];
     if (typeof doc !== 'object' || doc === null) continue;
@@ -227,6 +225,70 @@ export function checkBatchLimits(docs: readonly unknown[], docDepth: number, l: 
       details: { ...limitDetails(p.limit, l[p.limit as keyof HttpLimits]), position: i, ...(line !== undefined && { line }), ...(p.field !== undefined && { field: p.field }) },
     });
   }
+}
+
+const tooManyDocs = (problem: string, l: HttpLimits): ShardexError => limitExceeded('maxBatchDocs', l.maxBatchDocs, problem, 'split it into smaller batches', 'nothing was written');
+
+/**
+ * Refuses a batch body of more than maxBatchDocs documents before it is parsed (a JSON array's
+ * top-level elements, or NDJSON's non-blank lines, counted in one pass over the text): a body of the largest size allowed made of tiny documents (`[{},{},...]`, tens of
+ * millions of them) held a node's event loop for most of a minute while it was parsed, or ran
+ * it out of memory, before the count was checked. The pass costs about a quarter of the parse
+ * (strings are skipped with indexOf): 0.1 ms for a batch of 500 documents of 1 KB.
+ */
+export function checkBatchCount(text: string, ndjson: boolean, l: HttpLimits): void {
+  const n = ndjson ? countLines(text) : countElements(text);
+  if (n > l.maxBatchDocs) throw tooManyDocs(`the request has ${n} documents`, l);
+}
+
+const isBlank = (c: number): boolean => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
+
+/** Non-blank lines of `text`. */
+export function countLines(text: string): number {
+  let n = 0;
+  let filled = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x0a) {
+      if (filled) n++;
+      filled = false;
+    } else if (!filled && !isBlank(c)) filled = true;
+  }
+  return filled ? n + 1 : n;
+}
+
+/** The top-level elements of a JSON array text (0 for anything else: the parser says what is wrong). */
+export function countElements(text: string): number {
+  let i = 0;
+  while (i < text.length && isBlank(text.charCodeAt(i))) i++;
+  if (text.charCodeAt(i) !== 0x5b) return 0;
+  let depth = 0;
+  let n = 0;
+  let any = false;
+  for (; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // A string: on to its closing quote (one not escaped by an odd run of backslashes).
+      let end = text.indexOf('"', i + 1);
+      for (;;) {
+        if (end < 0) return any ? n + 1 : n;
+        let k = end - 1;
+        while (text.charCodeAt(k) === 0x5c) k--;
+        if ((end - 1 - k) % 2 === 0) break;
+        end = text.indexOf('"', end + 1);
+      }
+      i = end;
+      if (depth === 1) any = true;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (depth === 1) any = true;
+      depth++;
+    } else if (c === 0x5d || c === 0x7d) {
+      if (--depth === 0) break;
+    } else if (c === 0x2c && depth === 1) {
+      n++;
+    } else if (depth === 1 && !isBlank(c)) any = true;
+  }
+  return any ? n + 1 : n;
 }
 
 // ---- queries --------------------------------------------------------------------------------
