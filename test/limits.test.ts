@@ -99,6 +99,10 @@ describe('documents per request (--max-batch-docs)', () => {
       }),
       { numRuns: 300 },
     );
+    // A line of whitespace only is skipped by the NDJSON parser, whatever whitespace it is.
+    const blank = ' \t\r\u000b\u000c\u00a0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000\ufeff';
+    expect(blank.trim()).toBe('');
+    expect(countLines(`{}\n${blank}\n{}\n${blank}`)).toBe(2);
     expect(countElements('{"a":[1,2]}')).toBe(0);
     expect(countElements('  [ ]  ')).toBe(0);
     expect(countElements('["a,]\\"",{"x":"[,,"}]')).toBe(2);

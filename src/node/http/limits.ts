@@ -241,9 +241,14 @@ export function checkBatchCount(text: string, ndjson: boolean, l: HttpLimits): v
   if (n > l.maxBatchDocs) throw tooManyDocs(`the request has ${n} documents`, l);
 }
 
+/** JSON's whitespace. */
 const isBlank = (c: number): boolean => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
 
-/** Non-blank lines of `text`. */
+/** What String.prototype.trim removes (an NDJSON line of nothing else is skipped, see parseNdjson). */
+const isTrimmed = (c: number): boolean =>
+  isBlank(c) || c === 0x0b || c === 0x0c || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
+
+/** Lines of `text` that hold more than whitespace: the documents parseNdjson reads. */
 export function countLines(text: string): number {
   let n = 0;
   let filled = false;
@@ -252,7 +257,7 @@ export function countLines(text: string): number {
     if (c === 0x0a) {
       if (filled) n++;
       filled = false;
-    } else if (!filled && !isBlank(c)) filled = true;
+    } else if (!filled && !isTrimmed(c)) filled = true;
   }
   return filled ? n + 1 : n;
 }
