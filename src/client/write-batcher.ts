@@ -341,7 +341,8 @@ export class WriteBatcher {
         },
       });
     } catch (err) {
-      // Only the caller's abort (which also stops the job) lands here.
+      // The retry loop ends a deadline or an abort as a failed outcome (with its attempts and
+      // whether one may have been applied); only an unexpected error lands here.
       out = { ok: false, error: err, host: last?.host, attempts: last?.attempt ?? 0, indeterminate: last?.indeterminate ?? false };
     }
     this.counts.sending -= n;
